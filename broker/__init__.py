@@ -1,0 +1,1 @@
+"""RocketMQ broker on the replicated log: milestone 2."""

@@ -1,0 +1,1 @@
+"""NameServer: milestone 2."""
