@@ -1,0 +1,201 @@
+"""Checks across the replicas of a group, and of a chaos history against the committed log.
+
+Same contract as spark/checks.py: pure functions from DataFrames to findings. A group's commit
+index is the highest commit index any of its replicas' checkpoints records (REPLICA_COLUMNS
+`group_commit`); only entries up to it must agree and be held by a quorum. Only sound entries
+(checks.good) count as held: a corrupt copy is reported once, as malformed, and does not also
+show up as a divergence.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark import checks
+from spark.checks import ERROR, NOTE, finding
+
+VERSION_FIELDS = ("term", "size", "body_crc")  # what replicas must agree on per index
+
+
+def committed(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Sound entries at indexes up to their group's commit index."""
+    commits = replicas.select("group", "group_commit").distinct()
+    return (
+        checks.good(entries)
+        .join(F.broadcast(commits), "group")
+        .where(F.col("index") <= F.col("group_commit"))
+    )
+
+
+def _version(prefix: str = "") -> Column:
+    return F.format_string(
+        "term %d size %d body_crc 0x%08X", *(F.col(prefix + f) for f in VERSION_FIELDS)
+    )
+
+
+def divergent_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Per replica, the first committed index where it holds another entry than the majority
+    of the replicas holding that index (or where no version has a majority)."""
+    c = committed(entries, replicas).select(
+        "group", "replica", "index", "file", "position", *VERSION_FIELDS
+    )
+    version = F.struct(*VERSION_FIELDS)
+    per_index = c.groupBy("group", "index").agg(
+        F.min(version).alias("lo"), F.max(version).alias("hi")
+    )
+    suspect = per_index.where(F.col("lo") != F.col("hi")).select("group", "index")
+    rows = c.join(suspect, ["group", "index"])  # healthy logs: no suspects, nothing joins
+    versions = rows.groupBy("group", "index", *VERSION_FIELDS).agg(
+        F.count("*").alias("holders"), F.array_sort(F.collect_list("replica")).alias("names")
+    )
+    by_index = Window.partitionBy("group", "index")
+    top = versions.withColumn("top", F.max("holders").over(by_index)).where(
+        F.col("holders") == F.col("top")
+    )
+    majority = (
+        top.withColumn("ties", F.count("*").over(by_index))
+        .where(F.col("ties") == 1)
+        .select("group", "index", *(F.col(f).alias("m_" + f) for f in VERSION_FIELDS), "names")
+    )
+    differing = rows.join(majority, ["group", "index"], "left").where(
+        F.col("names").isNull() | reduce_or([F.col(f) != F.col("m_" + f) for f in VERSION_FIELDS])
+    )
+    first = differing.groupBy("group", "replica").agg(
+        F.min(F.struct("index", "file", "position", *VERSION_FIELDS, "names",
+                       *("m_" + f for f in VERSION_FIELDS))).alias("at"),
+        F.count("*").alias("n"),
+        F.max("index").alias("last"),
+    )  # fmt: skip
+    against = F.when(
+        F.col("at.names").isNull(), F.lit("no version is held by a majority of the holders")
+    ).otherwise(
+        F.format_string("%s hold %s", F.array_join(F.col("at.names"), ", "), _version("at.m_"))
+    )
+    detail = F.format_string(
+        "first divergent committed index: %s, but %s (%d divergent indexes, last %d)",
+        _version("at."), against, F.col("n"), F.col("last"),
+    )  # fmt: skip
+    return finding(
+        first, "divergent_entry", ERROR, detail,
+        index=F.col("at.index"), file=F.col("at.file"), position=F.col("at.position"),
+    )  # fmt: skip
+
+
+def reduce_or(columns: list[Column]) -> Column:
+    out = columns[0]
+    for column in columns[1:]:
+        out = out | column
+    return out
+
+
+def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Committed indexes held by fewer replicas than a quorum of the group. An index below a
+    replica's first retained index counts as held by it (retention only drops applied
+    entries). Indexes nobody holds are found by counting first, listed only when missing."""
+    groups = replicas.groupBy("group").agg(
+        F.first("quorum").alias("quorum"),
+        F.first("group_size").alias("group_size"),
+        F.first("group_commit").alias("group_commit"),
+        F.min("start_index").alias("lo"),
+    )
+    held = (
+        committed(entries, replicas)
+        .groupBy("group", "index")
+        .agg(
+            F.count("*").alias("held"),
+            F.array_sort(F.collect_list("replica")).alias("names"),
+            F.min(F.struct("replica", "file", "position")).alias("at"),
+        )
+    )
+    counted = (
+        held.join(groups, "group")
+        .groupBy("group", "lo", "group_commit")
+        .agg(F.count("*").alias("n"))
+    )
+    incomplete = counted.join(groups, ["group", "lo", "group_commit"], "right").where(
+        F.coalesce(F.col("n"), F.lit(0)) < F.col("group_commit") - F.col("lo") + 1
+    )
+    every = incomplete.select(
+        "group", F.explode(F.sequence(F.col("lo"), F.col("group_commit"))).alias("index")
+    )
+    nobody = every.join(held, ["group", "index"], "left_anti").select(
+        "group", "index", F.lit(0).cast("long").alias("held"),
+        F.array().cast("array<string>").alias("names"),
+        F.lit(None).cast("struct<replica:string,file:string,position:long>").alias("at"),
+    )  # fmt: skip
+    short = held.unionByName(nobody).join(groups, "group").where(F.col("held") < F.col("quorum"))
+    starts = replicas.select("group", "start_index")
+    away = (
+        short.select("group", "index")
+        .join(starts, "group")
+        .where(F.col("start_index") > F.col("index"))
+        .groupBy("group", "index")
+        .agg(F.count("*").alias("away"))
+    )
+    short = short.join(away, ["group", "index"], "left").where(
+        F.col("held") + F.coalesce(F.col("away"), F.lit(0)) < F.col("quorum")
+    )
+    names = F.when(F.size("names") > 0, F.array_join("names", ", ")).otherwise(F.lit("none"))
+    detail = F.format_string(
+        "committed (group commit %d) but held by %d of %d replicas (%s); a quorum is %d",
+        F.col("group_commit"), F.col("held"), F.col("group_size"), names, F.col("quorum"),
+    )  # fmt: skip
+    return finding(
+        short, "under_replicated", ERROR, detail,
+        replica=F.col("at.replica"), file=F.col("at.file"), position=F.col("at.position"),
+    )  # fmt: skip
+
+
+# --- chaos history ---------------------------------------------------------------------------
+def history_wanted(acked: DataFrame, entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """The committed entries whose bodies the history check compares: those at acknowledged
+    indexes (group, replica, index, file, position, size)."""
+    at = acked.where(F.col("index").isNotNull()).select("group", "index").distinct()
+    return (
+        committed(entries, replicas)
+        .join(F.broadcast(at), ["group", "index"])
+        .select("group", "replica", "index", "file", "position", "size")
+    )
+
+
+def missing_appends(acked: DataFrame, bodies: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Acknowledged appends (history `ok` records: group, index, value, process, time_ns)
+    whose value is not the body of the committed entry at the acknowledged index."""
+    groups = replicas.groupBy("group").agg(F.first("group_commit").alias("group_commit"))
+    expected = F.encode(F.col("value"), "UTF-8")
+    compared = (
+        acked.join(bodies, ["group", "index"], "left")
+        .groupBy("group", "index", "value", "process", "time_ns")
+        .agg(
+            F.max(F.coalesce(F.col("body") == expected, F.lit(False))).alias("found"),
+            F.count("body").alias("copies"),
+            F.first("body", ignorenulls=True).alias("body"),
+        )
+        .join(groups, "group", "left")
+    )
+    missing = compared.where(~F.col("found") & F.col("index").isNotNull())
+    why = (
+        F.when(F.col("group_commit").isNull(), F.lit("no replica of this group was audited"))
+        .when(F.col("index") > F.col("group_commit"),
+              F.format_string("past the group commit index %d", F.col("group_commit")))
+        .when(F.col("copies") == 0, F.lit("no replica holds a sound committed entry there"))
+        .otherwise(F.format_string("the committed entry there has another body (%d bytes)",
+                                   F.length("body")))
+    )  # fmt: skip
+    detail = F.format_string(
+        "acknowledged append %s (process %s, time_ns %d) at index %d: %s",
+        F.format_string("%s", F.to_json(F.struct("value"))), F.col("process"), F.col("time_ns"),
+        F.col("index"), why,
+    )  # fmt: skip
+    unchecked = acked.where(F.col("index").isNull())
+    return finding(missing, "missing_append", ERROR, detail).unionByName(
+        finding(
+            unchecked,
+            "unchecked_append",
+            NOTE,
+            F.format_string(
+                "acknowledged append from process %s records no index", F.col("process")
+            ),
+        )
+    )

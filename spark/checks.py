@@ -1,0 +1,319 @@
+"""The audit's rules, each a pure function from DataFrames to a DataFrame of findings.
+
+Inputs: `entries` (spark/read.py ENTRY_SCHEMA: one row per written index slot, with what the
+index record says and what the data holds there) and `replicas` (REPLICA_COLUMNS: one row per
+replica, with its group's size, quorum and commit index). Every check returns FINDING_COLUMNS;
+an empty result means the rule holds. A rule reads like the property it guards; broker-level
+checks (ConsumeQueue, IndexFile) are added the same way.
+
+Severity: "error" fails the audit (exit 1), "unreadable" means an input could not be read
+(exit 2), "note" is reported and never fails it (an uncommitted tail, bytes after the end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark import formats
+
+FINDING_COLUMNS = ("kind", "severity", "group", "replica", "index", "file", "position", "detail")
+FINDING_SCHEMA = (
+    "kind string, severity string, group string, replica string, index long, file string, "
+    "position long, detail string"
+)
+REPLICA_COLUMNS = (
+    "group", "replica", "segment_bytes", "start_index", "start_prev_term", "start_position",
+    "commit_index", "group_size", "quorum", "group_commit",
+)  # fmt: skip
+ERROR, NOTE, UNREADABLE = "error", "note", "unreadable"
+
+
+def finding(
+    frame: DataFrame,
+    kind: str,
+    severity: str,
+    detail: Column,
+    *,
+    replica: Column | None = None,
+    index: Column | None = None,
+    file: Column | None = None,
+    position: Column | None = None,
+) -> DataFrame:
+    """Rows of `frame` as findings; the named columns default to the frame's own."""
+
+    def pick(given: Column | None, name: str, kind_: str) -> Column:
+        if given is not None:
+            return given.cast(kind_).alias(name)
+        if name in frame.columns:
+            return F.col(name).cast(kind_).alias(name)
+        return F.lit(None).cast(kind_).alias(name)
+
+    return frame.select(
+        F.lit(kind).alias("kind"),
+        F.lit(severity).alias("severity"),
+        F.col("group"),
+        pick(replica, "replica", "string"),
+        pick(index, "index", "long"),
+        pick(file, "file", "string"),
+        pick(position, "position", "long"),
+        detail.alias("detail"),
+    )
+
+
+def union(findings: Sequence[DataFrame]) -> DataFrame:
+    return reduce(DataFrame.unionByName, findings)
+
+
+# --- what a row is ----------------------------------------------------------------------------
+def good(entries: DataFrame) -> DataFrame:
+    """Entries that are what their slot says: a sound header and body, the slot's index, found
+    where the header says. Only these count as held by a replica in the group checks."""
+    return entries.where(
+        F.col("io_error").isNull()
+        & F.col("header_ok")
+        & F.col("body_ok")
+        & (F.col("h_index") == F.col("index"))
+        & (F.col("h_position") == F.col("position"))
+        & F.col("kind").isin(*formats.ENTRY_KINDS)
+    )
+
+
+def _with_expected_position(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Add `expected`: where the data says entry `index` starts (null when unknown): the log
+    start for the first retained index, else the end of the entry before, moved past a blank
+    record or to the next segment when that entry ends its segment."""
+    seg = F.col("segment_bytes")
+    prev_end = F.col("prev_end")
+    expected = (
+        F.when(F.col("index") == F.col("start_index"), F.col("start_position"))
+        .when(prev_end.isNull(), F.lit(None))
+        .when(prev_end % seg == 0, prev_end)
+        .when(F.col("prev_after_magic") == formats.BLANK_MAGIC, prev_end + F.col("prev_after_size"))
+        .otherwise(prev_end)
+    )
+    sizes = replicas.select("group", "replica", "segment_bytes", "start_index", "start_position",
+                            "start_prev_term")  # fmt: skip
+    return entries.join(F.broadcast(sizes), ["group", "replica"]).withColumn("expected", expected)
+
+
+def _points_elsewhere() -> Column:
+    """The record's position is not where the data says the entry starts."""
+    return F.col("expected").isNotNull() & (F.col("expected") != F.col("rec_position"))
+
+
+# --- per replica ------------------------------------------------------------------------------
+def unreadable_files(entries: DataFrame) -> DataFrame:
+    """Entries whose file could not be read at all (permissions, I/O errors): exit 2."""
+    bad = entries.where(F.col("io_error").isNotNull())
+    first = bad.groupBy("group", "replica", F.col("io_error")).agg(
+        F.min(F.struct("index", "file", "position")).alias("at"), F.count("*").alias("n")
+    )
+    return finding(
+        first, "unreadable", UNREADABLE,
+        F.format_string("%s (%d entries not read)", F.col("io_error"), F.col("n")),
+        index=F.col("at.index"), file=F.col("at.file"), position=F.col("at.position"),
+    )  # fmt: skip
+
+
+def malformed_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Entries that are not well-formed where the data says they are: magic, header CRC, size,
+    position in the header, kind, body CRC. (A bad header where the record points but the data
+    does not is the index's fault: see index_mismatches.)"""
+    e = _with_expected_position(entries.where(F.col("io_error").isNull()), replicas)
+    no_header = F.col("defect").isNotNull() | ~F.col("header_ok")
+    reason = (
+        F.when(F.col("defect").isNotNull(), F.col("defect"))
+        .when(F.col("magic") != formats.ENTRY_MAGIC,
+              F.format_string("magic 0x%08X is not an entry's", F.col("magic")))
+        .when(~F.col("header_ok") & (F.col("size") >= formats.ENTRY_HEADER_BYTES)
+              & (F.col("size") <= formats.ENTRY_BYTES_MAX)
+              & (F.col("position") % F.col("segment_bytes") + F.col("size")
+                 > F.col("segment_bytes")),
+              F.format_string("size %d runs past the segment end", F.col("size")))
+        .when(~F.col("header_ok") & ((F.col("size") < formats.ENTRY_HEADER_BYTES)
+                                     | (F.col("size") > formats.ENTRY_BYTES_MAX)),
+              F.format_string("size %d out of bounds", F.col("size")))
+        .when(~F.col("header_ok"), F.lit("header crc mismatch"))
+        .when(F.col("h_position") != F.col("position"),
+              F.format_string("header says position %d", F.col("h_position")))
+        .when(~F.col("kind").isin(*formats.ENTRY_KINDS),
+              F.format_string("unknown kind %d", F.col("kind")))
+        .when(~F.col("body_ok"), F.lit("body crc mismatch"))
+    )  # fmt: skip
+    own_index = F.col("h_index") == F.col("index")
+    bad = e.where(
+        (no_header & ~_points_elsewhere()) | (~no_header & own_index & reason.isNotNull())
+    )
+    return finding(bad, "malformed_entry", ERROR, reason)
+
+
+def index_mismatches(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Index records that disagree with the data: a field differs from the entry's header, or
+    the record points where the data holds no entry while the data holds it elsewhere."""
+    e = _with_expected_position(entries.where(F.col("io_error").isNull()), replicas)
+    sound = F.col("defect").isNull() & F.col("header_ok")
+
+    def differs(field: str, record: str, header: str) -> Column:
+        return F.when(F.col(record) != F.col(header), F.format_string(
+            f"{field}: record %d, entry %d", F.col(record), F.col(header)))  # fmt: skip
+
+    fields = F.concat_ws(
+        "; ",
+        F.when(F.col("rec_index") != F.col("index"),
+               F.format_string("index: record %d in slot %d", F.col("rec_index"), F.col("index"))),
+        differs("index", "index", "h_index"),
+        differs("term", "rec_term", "term"),
+        differs("size", "rec_size", "size"),
+        differs("kind", "rec_kind", "kind"),
+    )  # fmt: skip
+    moved = F.format_string(
+        "position: record %d, but the data holds the entry at %d",
+        F.col("rec_position"), F.col("expected"),
+    )  # fmt: skip
+    bad = e.where((sound & (fields != "")) | (~sound & _points_elsewhere()))
+    first_slot = F.substring_index(F.col("index_file"), "/", -1).cast("long")
+    detail = F.format_string(
+        "record at byte %d: %s",
+        (F.col("index") - first_slot) * formats.INDEX_RECORD_BYTES,
+        F.when(sound, fields).otherwise(moved),
+    )
+    return finding(bad, "index_mismatch", ERROR, detail, file=F.col("index_file"))
+
+
+def position_breaks(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Sound entries that do not start where the entry before them ends (allowing one blank
+    record that fills the rest of a segment), and blank records of the wrong size."""
+    e = _with_expected_position(good(entries), replicas)
+    seg = F.col("segment_bytes")
+    left = seg - F.col("prev_end") % seg  # bytes left in the segment after the entry before
+    blank = F.col("prev_after_magic") == formats.BLANK_MAGIC
+    reason = (
+        F.when(blank & (F.col("prev_after_size") != left),
+               F.format_string("blank record at %d has size %d, the segment has %d left",
+                               F.col("prev_end"), F.col("prev_after_size"), left))
+        .when(F.col("prev_end").isNotNull() & (left < seg) & (left < formats.BLANK_BYTES_MIN),
+              F.format_string("entry before leaves %d bytes in its segment", left))
+        .when(F.col("expected").isNotNull() & (F.col("position") != F.col("expected")),
+              F.format_string("starts at %d, expected %d", F.col("position"), F.col("expected")))
+    )  # fmt: skip
+    return finding(e.where(reason.isNotNull()), "position_break", ERROR, reason)
+
+
+def term_regressions(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Sound entries whose term is lower than the term of the entry before."""
+    e = _with_expected_position(good(entries), replicas)
+    before = F.when(F.col("index") == F.col("start_index"), F.col("start_prev_term")).otherwise(
+        F.col("prev_term")
+    )
+    bad = e.where(before.isNotNull() & (F.col("term") < before))
+    return finding(
+        bad, "term_regression", ERROR,
+        F.format_string("term %d after term %d", F.col("term"), before),
+    )  # fmt: skip
+
+
+def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Slots without a record between the first retained index and the last written one.
+    Healthy replicas are ruled out by counting; only broken ones are searched (a shuffle of
+    their rows alone)."""
+    spans = entries.groupBy("group", "replica").agg(
+        F.count("*").alias("n"), F.min("index").alias("lo"), F.max("index").alias("hi")
+    )
+    spans = spans.join(replicas.select("group", "replica", "start_index"), ["group", "replica"])
+    head = spans.where(F.col("lo") > F.col("start_index"))
+    head_gaps = head.select("group", "replica", F.col("start_index").alias("gap_lo"),
+                            (F.col("lo") - 1).alias("gap_hi"))  # fmt: skip
+    broken = spans.where(F.col("n") != F.col("hi") - F.col("lo") + 1).select("group", "replica")
+    rows = entries.join(broken, ["group", "replica"]).select("group", "replica", "index")
+    successors = rows.select("group", "replica", (F.col("index") - 1).alias("index"))
+    predecessors = rows.select("group", "replica", (F.col("index") + 1).alias("index"))
+    gap_starts = (
+        rows.join(successors, ["group", "replica", "index"], "left_anti")
+        .join(spans.select("group", "replica", "hi"), ["group", "replica"])
+        .where(F.col("index") < F.col("hi"))
+    )  # the last row has no successor by definition
+    gap_ends = (
+        rows.join(predecessors, ["group", "replica", "index"], "left_anti")
+        .join(spans.select("group", "replica", "lo"), ["group", "replica"])
+        .where(F.col("index") > F.col("lo"))
+    )
+    starts = gap_starts.select("group", "replica", (F.col("index") + 1).alias("gap_lo"))
+    ends = gap_ends.select("group", "replica", (F.col("index") - 1).alias("gap_hi"))
+    inner = (
+        starts.join(ends, ["group", "replica"])
+        .where(F.col("gap_hi") >= F.col("gap_lo"))
+        .groupBy("group", "replica", "gap_lo")
+        .agg(F.min("gap_hi").alias("gap_hi"))
+    )
+    gaps = head_gaps.unionByName(inner)
+    return finding(
+        gaps, "index_gap", ERROR,
+        F.format_string("indexes %d..%d have no index record (%d missing)", F.col("gap_lo"),
+                        F.col("gap_hi"), F.col("gap_hi") - F.col("gap_lo") + 1),
+        index=F.col("gap_lo"),
+    )  # fmt: skip
+
+
+def replica_spans(entries: DataFrame) -> DataFrame:
+    """Per replica: rows read, first and last index, and bytes of the entries."""
+    return entries.groupBy("group", "replica").agg(
+        F.count("*").alias("entries"),
+        F.min("index").alias("first_index"),
+        F.max("index").alias("last_index"),
+        F.sum(F.coalesce(F.col("size"), F.lit(0))).alias("bytes"),
+    )
+
+
+def checkpoints_outside_log(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """A checkpoint whose commit index lies outside [first retained index - 1, last index]:
+    the replica claims commits it does not hold."""
+    spans = replicas.join(replica_spans(entries), ["group", "replica"], "left")
+    last = F.coalesce(F.col("last_index"), F.col("start_index") - 1)
+    bad = spans.where(
+        (F.col("commit_index") > last) | (F.col("commit_index") < F.col("start_index") - 1)
+    )
+    return finding(
+        bad, "checkpoint_outside_log", ERROR,
+        F.format_string("checkpoint commit index %d is outside the log %d..%d",
+                        F.col("commit_index"), F.col("start_index"), last),
+        index=F.col("commit_index"), file=F.lit("checkpoint"),
+    )  # fmt: skip
+
+
+def uncommitted_tails(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Entries past the replica's own commit index: normal after a crash or a lost leadership,
+    and truncated by the next leader if they conflict. A note, never an error."""
+    tail = entries.join(replicas.select("group", "replica", "commit_index"), ["group", "replica"])
+    tail = tail.where(F.col("index") > F.col("commit_index"))
+    spans = tail.groupBy("group", "replica", "commit_index").agg(
+        F.min(F.struct("index", "file", "position")).alias("first"),
+        F.max("index").alias("last"),
+        F.count("*").alias("n"),
+    )
+    return finding(
+        spans, "uncommitted_tail", NOTE,
+        F.format_string("%d entries %d..%d past this replica's commit index %d", F.col("n"),
+                        F.col("first.index"), F.col("last"), F.col("commit_index")),
+        index=F.col("first.index"), file=F.col("first.file"), position=F.col("first.position"),
+    )  # fmt: skip
+
+
+def unindexed_data(entries: DataFrame) -> DataFrame:
+    """Bytes after the last indexed entry that are neither zero nor a blank record: a torn or
+    unindexed write that recovery will cut. A note: nothing acknowledged can be there."""
+    last = entries.groupBy("group", "replica").agg(F.max("index").alias("index"))
+    tail = good(entries).join(last, ["group", "replica", "index"])
+    stray = tail.where(~F.col("after_magic").isin(formats.END_MAGIC, formats.BLANK_MAGIC))
+    what = F.when(F.col("after_magic") == formats.ENTRY_MAGIC, F.lit("an entry header")).otherwise(
+        F.format_string("bytes 0x%08X", F.col("after_magic"))
+    )
+    return finding(
+        stray, "unindexed_data", NOTE,
+        F.format_string("%s at %d after the last indexed entry", what,
+                        F.col("position") + F.col("size")),
+        position=F.col("position") + F.col("size"),
+    )  # fmt: skip

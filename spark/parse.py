@@ -1,0 +1,242 @@
+"""Executor-side byte parsing: index records and entry headers of one replica, vectorised.
+
+Used by spark/read.py inside mapInArrow tasks, and plain enough to test without a JVM. Every
+read is bounded: index records by the caller's slot range, data by WINDOW_BYTES_MAX plus one
+entry. Bytes past the end of a file that is shorter than its segment read as zeros, which is
+what an unwritten part of a preallocated segment holds (magic 0 = end of data).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import zlib
+from types import TracebackType
+
+import attrs
+import numpy as np
+import pyarrow.fs as pafs
+
+from spark import formats, layout
+
+WINDOW_BYTES_MAX = 16 * formats.MiB  # data bytes read at once, plus at most one entry
+OPEN_SEGMENTS_MAX = 4  # a task's entries fall in one or two segments; more are closed again
+assert WINDOW_BYTES_MAX >= formats.ENTRY_BYTES_MAX  # a window always holds a whole entry
+
+
+def _crc_table() -> np.ndarray:
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1)
+    return table.astype(np.uint32)
+
+
+CRC_TABLE = _crc_table()  # the reflected IEEE polynomial, as zlib.crc32 uses
+assert int(CRC_TABLE[1]) == 0x77073096
+
+
+def crc32_rows(rows: np.ndarray) -> np.ndarray:
+    """zlib.crc32 of every row of an n x k uint8 matrix: k numpy steps, no loop per entry."""
+    crc = np.full(rows.shape[0], 0xFFFFFFFF, dtype=np.uint32)
+    for column in range(rows.shape[1]):
+        crc = CRC_TABLE[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> 8)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+@attrs.define
+class Entries:
+    """What the data holds at n positions; int64 arrays unless said otherwise."""
+
+    file: list[str]
+    defect: list[str | None]
+    io_error: list[str | None]
+    no_header: np.ndarray  # bool: nothing could be read there (defect or io_error)
+    magic: np.ndarray
+    size: np.ndarray
+    index: np.ndarray
+    term: np.ndarray
+    position: np.ndarray
+    kind: np.ndarray  # int32
+    body_crc: np.ndarray
+    header_ok: np.ndarray  # bool
+    body_ok: np.ndarray  # bool; meaningful where header_ok
+    after_magic: np.ndarray  # -1: no bytes follow (the entry ends its segment, or no header)
+    after_size: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> Entries:
+        zeros = np.zeros(n, dtype=np.int64)
+        return cls(
+            file=[""] * n, defect=[None] * n, io_error=[None] * n,
+            no_header=np.ones(n, dtype=bool), magic=zeros.copy(), size=zeros.copy(),
+            index=zeros.copy(), term=zeros.copy(), position=zeros.copy(),
+            kind=np.zeros(n, dtype=np.int32), body_crc=zeros.copy(),
+            header_ok=np.zeros(n, dtype=bool), body_ok=np.zeros(n, dtype=bool),
+            after_magic=np.full(n, -1, dtype=np.int64), after_size=np.full(n, -1, dtype=np.int64),
+        )  # fmt: skip
+
+
+class Files:
+    """The open files of one replica within one task; closed when the task ends."""
+
+    def __init__(self, replica: layout.Replica) -> None:
+        self.replica = replica
+        self.fs, self.root = layout.filesystem(replica.uri)
+        self._open: dict[str, pafs.NativeFile] = {}
+        self._sizes = {f.name: f.bytes for f in (*replica.segments, *replica.index_files)}
+
+    def __enter__(self) -> Files:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for f in self._open.values():
+            f.close()
+        self._open.clear()
+
+    def exists(self, name: str) -> bool:
+        return name in self._sizes
+
+    def read(self, name: str, at: int, length: int) -> np.ndarray:
+        """`length` bytes of file `name` from `at`, zeros past its end. Raises OSError."""
+        f = self._open.get(name)
+        if f is None:
+            if len(self._open) >= OPEN_SEGMENTS_MAX:
+                self._open.pop(next(iter(self._open))).close()
+            f = self.fs.open_input_file(posixpath.join(self.root, layout.STORE_DIR, name))
+            self._open[name] = f
+        have = max(0, min(length, self._sizes[name] - at))
+        data = np.frombuffer(f.read_at(have, at), dtype=np.uint8) if have else np.zeros(0, np.uint8)
+        if len(data) < length:
+            data = np.concatenate([data, np.zeros(length - len(data), dtype=np.uint8)])
+        return data
+
+    def index_records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """Records of slots [lo, hi) (zero = not written where a file is missing or short)
+        and the name of the index file of each slot."""
+        n_per_file = self.replica.index_records_per_file
+        records = np.zeros(hi - lo, dtype=formats.INDEX_RECORD)
+        names = np.empty(hi - lo, dtype=object)
+        slot = lo
+        while slot < hi:
+            first = formats.index_file_first(slot, n_per_file)
+            end = min(hi, first + n_per_file)
+            name = "index/" + formats.file_name(first)
+            names[slot - lo : end - lo] = name
+            if self.exists(name):
+                raw = self.read(name, (slot - first) * 32, (end - slot) * 32)
+                records[slot - lo : end - lo] = raw.view(formats.INDEX_RECORD)
+            slot = end
+        return records, names
+
+
+def read_entries(
+    replica: layout.Replica, files: Files, positions: np.ndarray, rec_sizes: np.ndarray
+) -> Entries:
+    """Parse the entry headers at `positions`, check header and body CRCs, and read the 8 bytes
+    after each entry. The index records' sizes only bound the windows read: a wrong one costs
+    an extra read, never a wrong answer."""
+    n = len(positions)
+    out = Entries.empty(n)
+    pos = positions.astype(np.int64)
+    seg_bytes = replica.segment_bytes
+    seg = pos - pos % seg_bytes
+    out.file = ["data/" + formats.file_name(s) for s in seg.tolist()]
+    readable = pos >= 0
+    for i in np.flatnonzero(~readable):
+        out.defect[i] = f"negative position {pos[i]}"
+    for i in np.flatnonzero(readable & (pos % seg_bytes + formats.ENTRY_HEADER_BYTES > seg_bytes)):
+        readable[i] = False
+        out.defect[i] = "header would run past the segment end"
+    for i in np.flatnonzero(readable):
+        if not files.exists(out.file[i]):
+            readable[i] = False
+            out.defect[i] = f"segment file {out.file[i]} missing"
+    span = np.clip(rec_sizes.astype(np.int64), formats.ENTRY_HEADER_BYTES, formats.ENTRY_BYTES_MAX)
+    candidates = np.flatnonzero(readable)
+    window_of = (pos[candidates] % seg_bytes) // WINDOW_BYTES_MAX
+    keys = np.stack([seg[candidates], window_of], axis=1)
+    if len(candidates) == 0:
+        return out
+    _, group_of = np.unique(keys, axis=0, return_inverse=True)
+    group_of = group_of.reshape(-1)
+    for g in range(int(group_of.max()) + 1):
+        members = candidates[group_of == g]
+        first = int(seg[members[0]])
+        lo = int(pos[members].min())
+        seg_end = first + seg_bytes
+        hi = min(seg_end, int((pos[members] + span[members]).max()) + formats.BLANK_BYTES_MIN)
+        name = out.file[members[0]]
+        try:
+            window = files.read(name, lo - first, hi - lo)
+            _parse_window(files, out, members, pos[members], window, lo, first, seg_bytes, name)
+        except OSError as err:
+            for i in members:
+                out.io_error[i] = f"{replica.path(name)}: {err}"
+                out.no_header[i] = True
+                out.header_ok[i] = False
+    return out
+
+
+def _parse_window(
+    files: Files,
+    out: Entries,
+    members: np.ndarray,
+    pos: np.ndarray,
+    window: np.ndarray,
+    lo: int,
+    first: int,
+    seg_bytes: int,
+    name: str,
+) -> None:
+    """Headers, CRCs and following bytes of the entries at `pos`, all inside `window`."""
+    offsets = pos - lo
+    rows = window[offsets[:, None] + np.arange(formats.ENTRY_HEADER_BYTES)]
+    header = np.ascontiguousarray(rows).view(formats.ENTRY_HEADER).reshape(-1)
+    header_crc_ok = crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES]) == header["header_crc"]
+    size = header["size"].astype(np.int64)
+    header_ok = (
+        (header["magic"] == formats.ENTRY_MAGIC)
+        & header_crc_ok
+        & (size >= formats.ENTRY_HEADER_BYTES)
+        & (size <= formats.ENTRY_BYTES_MAX)
+        & (pos - first + size <= seg_bytes)
+    )
+    out.no_header[members] = False
+    out.magic[members] = header["magic"]
+    out.size[members] = size
+    out.index[members] = header["index"]
+    out.term[members] = header["term"]
+    out.position[members] = header["position"]
+    out.kind[members] = header["kind"]
+    out.body_crc[members] = header["body_crc"]
+    out.header_ok[members] = header_ok
+    good = np.flatnonzero(header_ok)
+    if len(good) == 0:
+        return
+    view = window.data
+    body_ok = np.zeros(len(good), dtype=bool)
+    crcs = header["body_crc"][good].tolist()
+    for k, (offset, length) in enumerate(
+        zip(offsets[good].tolist(), size[good].tolist(), strict=True)
+    ):
+        if offset + length <= len(window):
+            body = view[offset + formats.ENTRY_HEADER_BYTES : offset + length]
+        else:  # the index record understated the size: read this entry on its own
+            at = lo - first + offset + formats.ENTRY_HEADER_BYTES
+            body = files.read(name, at, length - formats.ENTRY_HEADER_BYTES).data
+        body_ok[k] = zlib.crc32(body) == crcs[k]
+    out.body_ok[members[good]] = body_ok
+    # the 8 bytes after each entry: the next entry's magic and size, a blank record, or zeros
+    ends = offsets[good] + size[good]
+    inside = ends + formats.BLANK_BYTES_MIN <= len(window)
+    after = np.zeros((len(good), formats.BLANK_BYTES_MIN), dtype=np.uint8)
+    after[inside] = window[ends[inside, None] + np.arange(formats.BLANK_BYTES_MIN)]
+    for j in np.flatnonzero(~inside).tolist():
+        at = lo - first + int(ends[j])
+        if at < seg_bytes:
+            after[j] = files.read(name, at, formats.BLANK_BYTES_MIN)
+    words = after.view(">u4").astype(np.int64)
+    at_segment_end = lo + ends == first + seg_bytes
+    out.after_magic[members[good]] = np.where(at_segment_end, -1, words[:, 0])
+    out.after_size[members[good]] = np.where(at_segment_end, -1, words[:, 1])

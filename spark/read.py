@@ -1,0 +1,233 @@
+"""Read every replica's index and data files into one DataFrame of entries, in bounded tasks.
+
+Planning (driver). The index files are fixed-size arrays of 32-byte records, one slot per
+index, so the driver cuts each replica's index into ranges of at most TASK_RECORDS_MAX slots
+without reading any data: a task is (group, replica, first slot, end slot). No task is a
+whole segment; a segment of any size is covered by as many tasks as its entries need.
+
+Reading (executor). A task walks its range in chunks of CHUNK_RECORDS_MAX slots. For a chunk
+it reads the index records (one read), then the data bytes the records point at, in windows
+of at most WINDOW_BYTES_MAX plus one entry, and parses all headers of a window at once with
+numpy (fancy indexing builds an n x 44 byte matrix, viewed as the header dtype; the header CRC
+runs as a table-driven CRC over the 40 columns). Body CRCs are zlib.crc32 per entry. Memory
+per task is therefore bounded by the chunk and window sizes, whatever the segment size.
+
+The reader does not judge: it reports what the index record says (rec_*), what the data holds
+where the record points (magic .. body_crc, header_ok, body_ok), the 8 bytes that follow the
+entry (after_*: the next entry's magic and size, a blank record, or 0 = end of data), and the
+same facts for the slot before (prev_*), so that checks of order and positions need no
+shuffle. The slot before a chunk is read again for that purpose. spark/checks.py judges.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+
+import attrs
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from spark import formats, layout, parse
+
+TASK_RECORDS_MAX = 1 << 18  # slots per Spark task: ~256 MiB of 1 KiB entries, 8 MiB of index
+CHUNK_RECORDS_MAX = 1 << 14  # slots parsed at once in a task: bounds the arrays of one batch
+assert CHUNK_RECORDS_MAX <= TASK_RECORDS_MAX
+
+TASK_SCHEMA = pa.schema(
+    [("group", pa.string()), ("replica", pa.string()), ("lo", pa.int64()), ("hi", pa.int64())]
+)
+
+ENTRY_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("replica", pa.string()),
+        ("index", pa.int64()),  # the slot: the index this record and entry should have
+        ("index_file", pa.string()),  # e.g. "index/00000000000000000001"
+        ("rec_position", pa.int64()),
+        ("rec_index", pa.int64()),
+        ("rec_term", pa.int64()),
+        ("rec_size", pa.int64()),
+        ("rec_kind", pa.int32()),
+        ("file", pa.string()),  # the segment rec_position falls in, e.g. "data/000...0"
+        ("position", pa.int64()),  # where the header was read: rec_position
+        ("defect", pa.string()),  # null, or why no header could be read there
+        ("io_error", pa.string()),  # null, or the OS error reading the file (input unreadable)
+        ("magic", pa.int64()),
+        ("size", pa.int64()),
+        ("h_index", pa.int64()),
+        ("term", pa.int64()),
+        ("h_position", pa.int64()),
+        ("kind", pa.int32()),
+        ("body_crc", pa.int64()),
+        ("header_ok", pa.bool_()),  # magic, header CRC and size bounds hold
+        ("body_ok", pa.bool_()),  # body CRC holds; null when the header is not ok
+        ("after_magic", pa.int64()),  # the 4+4 bytes after the entry; null at a segment's end
+        ("after_size", pa.int64()),
+        ("prev_end", pa.int64()),  # slot index-1, if written and its header ok: its end
+        ("prev_term", pa.int64()),
+        ("prev_after_magic", pa.int64()),
+        ("prev_after_size", pa.int64()),
+    ]
+)
+
+
+@attrs.frozen
+class ReadTask:
+    group: str
+    replica: str
+    lo: int  # first slot (index) of the task
+    hi: int  # one past the last slot
+
+
+def plan(replicas: Sequence[layout.Replica]) -> list[ReadTask]:
+    """Cut every replica's index files into slot ranges of at most TASK_RECORDS_MAX."""
+    tasks = []
+    for replica in replicas:
+        for index_file in replica.index_files:
+            slots = min(
+                index_file.bytes // formats.INDEX_RECORD_BYTES, replica.index_records_per_file
+            )
+            lo = max(index_file.first, replica.start_index)
+            hi = index_file.first + slots
+            for first in range(lo, hi, TASK_RECORDS_MAX):
+                tasks.append(
+                    ReadTask(replica.group, replica.name, first, min(hi, first + TASK_RECORDS_MAX))
+                )
+    return tasks
+
+
+def read_tasks(
+    replicas: dict[tuple[str, str], layout.Replica], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: for each task row, the entry rows of its slot range."""
+    for batch in batches:
+        for task in batch.to_pylist():
+            replica = replicas[(task["group"], task["replica"])]
+            with parse.Files(replica) as files:
+                for lo in range(task["lo"], task["hi"], CHUNK_RECORDS_MAX):
+                    hi = min(task["hi"], lo + CHUNK_RECORDS_MAX)
+                    yield read_chunk(replica, files, lo, hi)
+
+
+def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) -> pa.RecordBatch:
+    """Entry rows for the written slots in [lo, hi), with the facts of each slot before."""
+    first = max(lo - 1, replica.start_index)  # the slot before lo, for prev_*
+    records, index_files = files.index_records(first, hi)
+    slots = np.arange(first, hi, dtype=np.int64)
+    written = records["size"] != 0
+    slots, records, index_files = slots[written], records[written], index_files[written]
+    data = parse.read_entries(replica, files, records["position"], records["size"])
+    # prev_*: the row before, when it is exactly the slot before (shift by one)
+    # prev_* are facts about entry index-1 only where it was found where its record says
+    has_prev = np.zeros(len(slots), dtype=bool)
+    has_prev[1:] = (
+        (slots[1:] - slots[:-1] == 1)
+        & data.header_ok[:-1]
+        & (data.index[:-1] == slots[:-1])
+        & (data.position[:-1] == records["position"][:-1])
+    )
+
+    def shifted(values: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
+        """values of the slot before each row; null where that slot is not the row before."""
+        out = np.zeros(len(values), dtype=np.int64)
+        out[1:] = values[:-1]
+        mask = ~has_prev
+        if missing is not None:
+            mask[1:] |= missing[:-1]
+        return pa.array(out, mask=mask)
+
+    keep = slots >= lo  # drop the slot before lo: it belongs to the previous chunk
+    after_missing = data.after_magic < 0
+    columns = {
+        "group": pa.array([replica.group] * len(slots), pa.string()),
+        "replica": pa.array([replica.name] * len(slots), pa.string()),
+        "index": pa.array(slots),
+        "index_file": pa.array(index_files.tolist(), pa.string()),
+        "rec_position": pa.array(records["position"].astype(np.int64)),
+        "rec_index": pa.array(records["index"].astype(np.int64)),
+        "rec_term": pa.array(records["term"].astype(np.int64)),
+        "rec_size": pa.array(records["size"].astype(np.int64)),
+        "rec_kind": pa.array(records["kind"].astype(np.int32)),
+        "file": pa.array(data.file, pa.string()),
+        "position": pa.array(records["position"].astype(np.int64)),
+        "defect": pa.array(data.defect, pa.string()),
+        "io_error": pa.array(data.io_error, pa.string()),
+        "magic": pa.array(data.magic, mask=data.no_header),
+        "size": pa.array(data.size, mask=data.no_header),
+        "h_index": pa.array(data.index, mask=data.no_header),
+        "term": pa.array(data.term, mask=data.no_header),
+        "h_position": pa.array(data.position, mask=data.no_header),
+        "kind": pa.array(data.kind, mask=data.no_header),
+        "body_crc": pa.array(data.body_crc, mask=data.no_header),
+        "header_ok": pa.array(data.header_ok),
+        "body_ok": pa.array(data.body_ok, mask=~data.header_ok),
+        "after_magic": pa.array(data.after_magic, mask=after_missing),
+        "after_size": pa.array(data.after_size, mask=after_missing),
+        "prev_end": shifted(records["position"].astype(np.int64) + data.size),
+        "prev_term": shifted(data.term),
+        "prev_after_magic": pa.array(
+            np.concatenate([[0], data.after_magic[:-1]]),
+            mask=~has_prev | np.concatenate([[True], after_missing[:-1]])
+            if len(slots)
+            else np.zeros(0, bool),
+        ),
+        "prev_after_size": shifted(data.after_size),
+    }
+    batch = pa.RecordBatch.from_pydict(columns, schema=ENTRY_SCHEMA)
+    return batch.filter(pa.array(keep))
+
+
+def entries(spark: SparkSession, replicas: Sequence[layout.Replica]) -> DataFrame:
+    """One row per written index slot of every replica (ENTRY_SCHEMA), one task per range."""
+    tasks = [attrs.astuple(task) for task in plan(replicas)]
+    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
+    task_frame = spark.createDataFrame(rdd, from_arrow_schema(TASK_SCHEMA))
+    by_name = {(r.group, r.name): r for r in replicas}
+    return task_frame.mapInArrow(
+        functools.partial(read_tasks, by_name), from_arrow_schema(ENTRY_SCHEMA)
+    )
+
+
+BODY_SCHEMA = pa.schema(
+    [("group", pa.string()), ("index", pa.int64()), ("replica", pa.string()), ("body", pa.binary())]
+)
+BODY_BATCH_BYTES_MAX = 16 * formats.MiB  # bodies returned per Arrow batch, plus one entry
+
+
+def bodies(spark: SparkSession, replicas: Sequence[layout.Replica], wanted: DataFrame) -> DataFrame:
+    """The body bytes of the entries named by `wanted` (group, replica, index, file, position,
+    size), for comparisons that need the bytes themselves (acknowledged appends)."""
+    by_name = {(r.group, r.name): r for r in replicas}
+    columns = wanted.select("group", "replica", "index", "file", "position", "size")
+    return columns.mapInArrow(
+        functools.partial(read_bodies, by_name), from_arrow_schema(BODY_SCHEMA)
+    )
+
+
+def read_bodies(
+    replicas: dict[tuple[str, str], layout.Replica], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of bodies(): one read per entry, batches bounded in bytes."""
+    rows: list[dict[str, object]] = []
+    held = 0
+    for batch in batches:
+        for row in batch.to_pylist():
+            replica = replicas[(row["group"], row["replica"])]
+            with parse.Files(replica) as files:
+                segment_at = row["position"] - replica.segment_of(row["position"])
+                body = files.read(
+                    row["file"],
+                    segment_at + formats.ENTRY_HEADER_BYTES,
+                    row["size"] - formats.ENTRY_HEADER_BYTES,
+                ).tobytes()
+            rows.append({"group": row["group"], "index": row["index"],
+                         "replica": row["replica"], "body": body})  # fmt: skip
+            held += len(body)
+            if held >= BODY_BATCH_BYTES_MAX:
+                yield pa.RecordBatch.from_pylist(rows, schema=BODY_SCHEMA)
+                rows, held = [], 0
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=BODY_SCHEMA)

@@ -1,0 +1,50 @@
+"""Start the audit's SparkSession: loopback only, no web UI, the venv's Python on executors.
+
+Kept apart from audit.py so tests, the benchmark and the CLI start Spark the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+LOOPBACK = "127.0.0.1"
+SHUFFLE_PARTITIONS_DEFAULT = 8  # the audit shuffles little: group checks on narrow columns
+DRIVER_MEMORY_DEFAULT = "2g"  # local mode: the driver JVM is also the executor (cached entries)
+EXECUTOR_MEMORY_DEFAULT = "1g"  # standalone workers: per executor JVM
+
+
+def start(
+    master: str,
+    *,
+    app_name: str = "dledger-audit",
+    shuffle_partitions: int = SHUFFLE_PARTITIONS_DEFAULT,
+    driver_memory: str = DRIVER_MEMORY_DEFAULT,
+    extra: dict[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession bound to 127.0.0.1 with the UI off; reuses none left by others."""
+    os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # the launcher and any UI bind here
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # spark/progress.py reports instead
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.executor.memory", EXECUTOR_MEMORY_DEFAULT)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,17 @@
+"""One SparkSession for the whole tests/spark run: a JVM costs seconds and hundreds of MiB."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark import session
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    s = session.start("local[1]", app_name="dledger-audit-tests", shuffle_partitions=4)
+    yield s
+    s.stop()
