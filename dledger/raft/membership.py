@@ -1,0 +1,101 @@
+"""Membership: who votes, who only learns, and the history of configuration entries.
+
+Changes go one server at a time (Raft dissertation, section 4.1): a configuration takes
+effect on a server as soon as its entry is in that server's log, committed or not, and a
+leader starts no new change until the previous one commits. A new server joins as a learner
+(it receives entries but does not vote) and is promoted once it has caught up, so it never
+slows commits while it copies the log.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+
+import attrs
+import msgpack
+
+from dledger.raft.entries import NodeId
+
+
+@attrs.frozen
+class Membership:
+    voters: frozenset[NodeId]
+    learners: frozenset[NodeId] = frozenset()
+
+    def __attrs_post_init__(self) -> None:
+        assert not (self.voters & self.learners), (self.voters, self.learners)
+
+    @property
+    def members(self) -> frozenset[NodeId]:
+        return self.voters | self.learners
+
+    @property
+    def quorum(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def encode(self) -> bytes:
+        """The body of a CONFIG entry (docs/formats.md)."""
+        body = {"voters": sorted(self.voters), "learners": sorted(self.learners)}
+        return bytes(msgpack.packb(body))
+
+    @classmethod
+    def decode(cls, body: bytes) -> Membership:
+        d = msgpack.unpackb(body)
+        return cls(frozenset(d["voters"]), frozenset(d.get("learners", ())))
+
+    def __str__(self) -> str:
+        learners = f" learners={sorted(self.learners)}" if self.learners else ""
+        return f"voters={sorted(self.voters)}{learners}"
+
+
+def majority_index(indexes: Iterable[int], quorum: int) -> int:
+    """The highest index that at least `quorum` of the given match indexes reach."""
+    ranked = sorted(indexes, reverse=True)
+    assert 1 <= quorum <= len(ranked), (quorum, ranked)
+    return ranked[quorum - 1]
+
+
+class ChangeKind(enum.Enum):
+    ADD_VOTER = "add-voter"  # joins as a learner; the leader promotes it once it has caught up
+    ADD_LEARNER = "add-learner"  # stays a learner
+    PROMOTE = "promote"  # a learner becomes a voter
+    REMOVE = "remove"
+
+
+def apply_change(current: Membership, kind: ChangeKind, node: NodeId) -> Membership | str:
+    """The next membership, or the reason the change is refused."""
+    if kind in (ChangeKind.ADD_VOTER, ChangeKind.ADD_LEARNER):
+        if node in current.members:
+            return f"{node} is already a member"
+        return Membership(current.voters, current.learners | {node})
+    if kind is ChangeKind.PROMOTE:
+        if node not in current.learners:
+            return f"{node} is not a learner"
+        return Membership(current.voters | {node}, current.learners - {node})
+    assert kind is ChangeKind.REMOVE
+    if node not in current.members:
+        return f"{node} is not a member"
+    if current.voters == {node}:
+        return f"{node} is the only voter"
+    return Membership(current.voters - {node}, current.learners - {node})
+
+
+@attrs.frozen
+class ConfigEntry:
+    """A configuration and the log entry that carries it (index 0: from the command line)."""
+
+    index: int
+    term: int
+    membership: Membership
+
+    def to_state(self) -> list[object]:
+        m = self.membership
+        return [self.index, self.term, sorted(m.voters), sorted(m.learners)]
+
+    @classmethod
+    def from_state(cls, row: Sequence[object]) -> ConfigEntry:
+        index, term, voters, learners = row
+        assert isinstance(index, int) and isinstance(term, int)
+        assert isinstance(voters, list) and isinstance(learners, list)
+        return cls(index, term, Membership(frozenset(voters), frozenset(learners)))

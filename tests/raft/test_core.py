@@ -1,0 +1,347 @@
+"""Behaviour of the core, one rule per test, on a hand-driven cluster (tests/raft/script.py)."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+import pytest
+
+from dledger.raft.config import RaftConfig
+from dledger.raft.core import RaftCore
+from dledger.raft.entries import EntryId
+from dledger.raft.events import (
+    Accepted,
+    ChangeMembership,
+    HardState,
+    PeerDisconnected,
+    Persisted,
+    Proposed,
+    Refusal,
+    Refused,
+    Role,
+    TransferLeadership,
+)
+from dledger.raft.membership import ChangeKind, Membership
+from dledger.raft.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    HeartbeatReply,
+    InstallLogStart,
+    RequestVote,
+    TimeoutNow,
+)
+from dledger.raft.sim.memlog import MemLog
+from tests.raft.script import SCRIPT_CONFIG, Script
+
+
+def leader_of(s: Script) -> str:
+    leaders = [
+        n for n, node in s.world.nodes.items() if node.core and node.core.role is Role.LEADER
+    ]
+    assert len(leaders) == 1, leaders
+    return leaders[0]
+
+
+class TestElection:
+    def test_first_election_and_commit_of_the_noop(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        assert [s.core(n).leader for n in ("n0", "n1", "n2")] == ["n0"] * 3
+        assert s.core("n0").commit_index == 1
+        s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)  # followers learn the commit index
+        s.stabilize()
+        assert all(s.core(n).commit_index == 1 for n in ("n0", "n1", "n2"))
+
+    def test_prevote_while_leader_alive_changes_nothing(self) -> None:
+        """A follower that missed heartbeats must not depose a leader the others still hear."""
+        s = Script(3)
+        s.elect("n0")
+        term = s.core("n0").term
+        s.campaign("n2")
+        assert s.core("n2").role is Role.PRE_CANDIDATE
+        assert s.core("n2").term == term  # a pre-vote changes nobody's term
+        s.stabilize()
+        assert s.core("n0").role is Role.LEADER
+        assert {s.core(n).term for n in ("n0", "n1", "n2")} == {term}
+        assert s.core("n2").role is Role.FOLLOWER
+
+    def test_check_quorum_leader_steps_down_when_cut_off(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        for _ in range(SCRIPT_CONFIG.election_ticks_min * 2):
+            s.tick("n0")
+            s.drop(dst="n0")  # it hears nothing back
+            s.drop(src="n0")
+        assert s.core("n0").role is Role.FOLLOWER
+        assert s.core("n0").leader is None
+
+    def test_vote_is_durable_before_it_is_sent(self) -> None:
+        s = Script(3, auto_flush=False)
+        s.campaign("n1")
+        s.deliver(kind=RequestVote)  # pre-votes
+        s.deliver()  # replies: n1 campaigns for real
+        s.deliver(src="n1", dst="n0", kind=RequestVote)
+        assert s.node("n0").hard.vote == "n1"  # persisted before the grant left
+
+    def test_restart_keeps_term_and_vote(self) -> None:
+        s = Script(3)
+        s.elect("n1")
+        term = s.core("n0").term
+        s.crash("n0")
+        s.restart("n0")
+        assert s.core("n0").term == term
+        assert s.core("n0").vote == "n1"
+
+
+class TestLeaderLost:
+    def test_followers_campaign_at_once_when_leader_connection_drops(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        term = s.core("n0").term
+        s.crash("n0")
+        s.feed("n1", PeerDisconnected("n0"))  # rank 0 of [n1, n2]: campaigns now
+        s.feed("n2", PeerDisconnected("n0"))  # rank 1: waits the stagger
+        assert s.core("n1").role is Role.PRE_CANDIDATE
+        assert s.core("n2").role is Role.FOLLOWER
+        s.stabilize()
+        assert s.core("n1").role is Role.LEADER  # no election timeout was waited out
+        assert s.core("n1").term == term + 1
+
+    def test_dropped_connection_to_a_live_leader_does_not_depose_it(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        term = s.core("n0").term
+        s.feed("n1", PeerDisconnected("n0"))
+        s.stabilize()
+        assert s.core("n0").role is Role.LEADER and s.core("n0").term == term
+
+    def test_leader_turns_a_disconnected_follower_back_to_probing(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        s.propose("n0", b"a")
+        s.stabilize()
+        s.feed("n0", PeerDisconnected("n1"))
+        assert s.core("n0").status().peers["n1"].state == "probe"
+
+
+class TestReplication:
+    def test_proposal_on_follower_is_refused_with_leader_hint(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        fx = s.propose("n1", b"x")
+        assert fx.result == Refused(Refusal.NOT_LEADER, "n0")
+
+    def test_append_ack_waits_until_durable(self) -> None:
+        s = Script(3, auto_flush=False)
+        s.elect("n0")
+        s.world.flush(s.node("n0"))
+        s.propose("n0", b"x")
+        s.deliver(src="n0", dst="n1", kind=AppendEntries)
+        assert not s.pending(src="n1", kind=AppendEntriesReply)  # held: not on disk yet
+        s.world.flush(s.node("n1"))
+        acks = s.pending(src="n1", kind=AppendEntriesReply)
+        assert acks and acks[0].message.match_index == s.node("n1").log.last_index
+
+    def test_leader_counts_itself_only_when_durable(self) -> None:
+        s = Script(3, auto_flush=False)
+        s.elect("n0")
+        for n in ("n0", "n1", "n2"):
+            s.world.flush(s.node(n))
+        s.stabilize()
+        fx = s.propose("n0", b"x")
+        assert isinstance(fx.result, Proposed)
+        s.deliver(src="n0", kind=AppendEntries)
+        s.world.flush(s.node("n1"))
+        s.deliver(src="n1", dst="n0")
+        assert s.core("n0").commit_index < fx.result.last  # n0 + n1 needed, n0 not durable
+        s.world.flush(s.node("n0"))
+        assert s.core("n0").commit_index == fx.result.last
+
+    def test_stale_persisted_report_is_ignored(self) -> None:
+        s = Script(3, auto_flush=False)
+        s.elect("n0")
+        core = s.core("n0")
+        before = core.durable_index
+        s.feed("n0", Persisted(EntryId(core.log.last_index, core.term + 5)))
+        assert core.durable_index == before
+
+    def test_pipelining_sends_several_batches_without_waiting(self) -> None:
+        cfg = attrs.evolve(SCRIPT_CONFIG, append_batch_entries_max=2, inflight_max=3)
+        s = Script(3, config=cfg)
+        s.elect("n0")
+        s.propose("n0", *[f"p{i}".encode() for i in range(6)])
+        batches = s.pending(src="n0", dst="n1", kind=AppendEntries)
+        assert [len(p.message.entries) for p in batches] == [2, 2, 2]
+        s.stabilize()
+        assert s.terms("n1") == s.terms("n0")
+
+    def test_uncommitted_backlog_is_bounded(self) -> None:
+        cfg = attrs.evolve(SCRIPT_CONFIG, uncommitted_bytes_max=100)
+        s = Script(3, config=cfg)
+        s.elect("n0")
+        s.drop()
+        assert isinstance(s.propose("n0", b"x" * 80).result, Proposed)
+        s.drop()
+        assert s.propose("n0", b"y" * 80).result == Refused(Refusal.BUSY, "n0")
+        s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+        s.stabilize()
+        assert isinstance(s.propose("n0", b"y" * 80).result, Proposed)  # committed: room again
+
+    def test_lagging_follower_behind_retention_restarts_its_log(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        s.crash("n2")
+        for i in range(10):
+            s.propose("n0", f"e{i}".encode())
+            s.stabilize()
+        for n in ("n0", "n1"):
+            node = s.node(n)
+            node.log.compact(s.core(n).commit_index - 2)
+        s.restart("n2")
+        s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+        sent = []
+        for _ in range(20):
+            sent += [p.message for p in s.pending(src="n0", dst="n2")]
+            if not s.deliver():
+                break
+        assert any(isinstance(m, InstallLogStart) for m in sent)
+        assert s.node("n2").log.start == s.node("n0").log.start
+        assert s.terms("n2") == s.terms("n0")
+        assert s.core("n2").commit_index == s.core("n0").commit_index
+
+
+class TestTransfer:
+    def test_transfer_to_caught_up_follower(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        term = s.core("n0").term
+        s.feed("n0", TransferLeadership("n2"))
+        assert s.pending(src="n0", dst="n2", kind=TimeoutNow)
+        s.stabilize()
+        assert s.core("n2").role is Role.LEADER and s.core("n2").term == term + 1
+
+    def test_transfer_catches_target_up_first_and_refuses_proposals_meanwhile(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        s.propose("n0", b"a")
+        s.deliver(dst="n1")
+        s.drop(dst="n2")  # n2 is behind
+        s.deliver(dst="n0")
+        core = s.core("n0")
+        fx = core.step(TransferLeadership("n2"))
+        s.world._perform(s.node("n0"), fx)
+        assert fx.result == Accepted("n2")
+        assert not s.pending(kind=TimeoutNow)
+        assert s.propose("n0", b"b").result == Refused(Refusal.TRANSFERRING, "n2")
+        s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+        s.stabilize()
+        assert s.core("n2").role is Role.LEADER
+
+    def test_preferred_leader_gets_leadership_when_healthy(self) -> None:
+        cfg = attrs.evolve(SCRIPT_CONFIG, preferred_leader="n1")
+        s = Script(3, config=cfg)
+        s.elect("n0")
+        for _ in range(5):
+            s.tick(leader_of(s), SCRIPT_CONFIG.heartbeat_ticks)
+            s.stabilize()
+        assert leader_of(s) == "n1"
+
+
+class TestMembership:
+    def change(self, s: Script, kind: ChangeKind, node: str) -> object:
+        leader = leader_of(s)
+        core = s.core(leader)
+        fx = core.step(ChangeMembership(kind, node))
+        s.world._perform(s.node(leader), fx)
+        return fx.result
+
+    def test_new_voter_learns_first_and_is_promoted_once_caught_up(self) -> None:
+        s = Script(3, spares=1)
+        s.elect("n0")
+        s.propose("n0", b"a", b"b")
+        s.stabilize()
+        assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
+        assert s.core("n0").membership.learners == {"n3"}
+        for _ in range(6):
+            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+            s.stabilize()
+        assert s.core("n0").membership == Membership(frozenset({"n0", "n1", "n2", "n3"}))
+        assert s.core("n3").membership == s.core("n0").membership
+        assert s.terms("n3") == s.terms("n0")
+
+    def test_one_change_at_a_time(self) -> None:
+        s = Script(3, spares=1)
+        s.elect("n0")
+        s.drop()
+        assert isinstance(self.change(s, ChangeKind.ADD_LEARNER, "n3"), Proposed)
+        assert self.change(s, ChangeKind.REMOVE, "n2") == Refused(Refusal.CONFIG_PENDING, "n0")
+
+    def test_bad_change_is_refused_with_reason(self) -> None:
+        s = Script(3)
+        s.elect("n0")
+        result = self.change(s, ChangeKind.PROMOTE, "n1")
+        assert result == Refused(Refusal.BAD_REQUEST, "n0", "n1 is not a learner")
+
+    def test_removed_leader_steps_down_once_removal_commits(self) -> None:
+        s = Script(3, spares=1)
+        s.elect("n0")
+        assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
+        for _ in range(6):
+            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+            s.stabilize()
+        assert isinstance(self.change(s, ChangeKind.REMOVE, "n0"), Proposed)
+        s.stabilize()
+        assert s.core("n0").role is Role.FOLLOWER
+        assert "n0" not in s.core("n1").membership.members
+        s.stabilize()  # it handed over with TimeoutNow: no election timeout is waited out
+        assert leader_of(s) in {"n1", "n2", "n3"}
+
+    def test_restart_recovers_membership_from_hard_state(self) -> None:
+        s = Script(3, spares=1)
+        s.elect("n0")
+        self.change(s, ChangeKind.ADD_LEARNER, "n3")
+        s.stabilize()
+        s.crash("n1")
+        s.restart("n1")
+        assert s.core("n1").membership.learners == {"n3"}
+
+
+class TestConfig:
+    def test_election_timeout_must_exceed_two_heartbeats(self) -> None:
+        with pytest.raises(ValueError, match="must exceed two heartbeats"):
+            RaftConfig(heartbeat_ticks=5, election_ticks_min=10, election_ticks_max=20)
+
+    def test_timeouts_must_be_randomised(self) -> None:
+        with pytest.raises(ValueError, match="so that timeouts are randomised"):
+            RaftConfig(heartbeat_ticks=1, election_ticks_min=10, election_ticks_max=10)
+
+    def test_core_asserts_when_caller_skips_a_persist(self) -> None:
+        log = MemLog()
+        core = RaftCore(
+            "n0",
+            attrs.evolve(SCRIPT_CONFIG),
+            log,
+            HardState(),
+            initial_membership=Membership(frozenset({"n0"})),
+            rng=random.Random(1),
+        )
+        core.election_elapsed = core.randomized_timeout
+        from dledger.raft.events import Tick
+
+        fx = core.step(Tick())  # a one-node group elects itself and appends its no-op
+        assert fx.persist is not None and fx.persist.append is not None
+        with pytest.raises(AssertionError, match="did not perform the last Persist"):
+            core.step(Tick())
+
+    def test_heartbeat_reply_reopens_a_full_window(self) -> None:
+        cfg = attrs.evolve(SCRIPT_CONFIG, append_batch_entries_max=1, inflight_max=2)
+        s = Script(3, config=cfg)
+        s.elect("n0")
+        s.propose("n0", b"a", b"b", b"c", b"d")
+        s.drop(src="n0", dst="n1")  # both batches lost; the window is full
+        s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+        s.deliver(src="n0", dst="n1")
+        s.deliver(src="n1", dst="n0", kind=HeartbeatReply)
+        s.stabilize()
+        assert s.terms("n1") == s.terms("n0")
