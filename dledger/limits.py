@@ -15,11 +15,18 @@ INDEX_RECORD_BYTES = 32  # one record per entry in the index files
 SEGMENT_BYTES_DEFAULT = 1 * GiB  # RocketMQ's commitlog file size
 SEGMENT_BYTES_MIN = 4 * KiB  # tests use tiny segments so that rollover happens constantly
 INDEX_RECORDS_PER_FILE_DEFAULT = 1 << 20  # 32 MiB index files; one covers ~1 GiB of 1 KiB entries
+STATE_FILE_BODY_BYTES_MAX = 1 * MiB  # meta, hardstate, checkpoint are small; read with this bound
+SEGMENTS_OPEN_MAX = 32  # mapped segment files per store (2 fds + 1 GiB of address space each)
+INDEX_FILES_OPEN_MAX = 8  # mapped index files per store; the least recently used are closed
 
 # --- replication ----------------------------------------------------------------------------------
-APPEND_BATCH_BYTES_MAX = 1 * MiB  # the leader stops filling one AppendEntries here (one entry always)
+APPEND_BATCH_BYTES_MAX = (
+    1 * MiB
+)  # the leader stops filling one AppendEntries here (one entry always)
 APPEND_BATCH_ENTRIES_MAX = 4096  # and here, so a batch of tiny entries stays cheap to encode
-APPEND_INFLIGHT_MAX = 8  # batches per follower: peer memory <= 8 * (APPEND_BATCH_BYTES_MAX + max entry)
+APPEND_INFLIGHT_MAX = (
+    8  # batches per follower: peer memory <= 8 * (APPEND_BATCH_BYTES_MAX + max entry)
+)
 UNCOMMITTED_BYTES_MAX = 64 * MiB  # a leader refuses proposals beyond this uncommitted backlog
 PROPOSAL_ENTRIES_MAX = 8192  # one Propose event carries at most this many payloads
 
@@ -33,10 +40,14 @@ GET_BATCH_ENTRIES_MAX = 4096  # one client read returns at most this many entrie
 
 # --- time (the core counts ticks; the node turns ticks into milliseconds) -----------------------
 TICK_MS_DEFAULT = 10
-HEARTBEAT_TICKS_DEFAULT = 5  # 50 ms: a follower hears from the leader ~10 times per election timeout
+HEARTBEAT_TICKS_DEFAULT = (
+    5  # 50 ms: a follower hears from the leader ~10 times per election timeout
+)
 ELECTION_TICKS_MIN_DEFAULT = 50  # 500 ms: survives event-loop stalls of a loaded Python process
 ELECTION_TICKS_MAX_DEFAULT = 100
-LEADER_LOST_STAGGER_TICKS = 3  # on a dropped leader connection, follower k of the sorted list waits k*3
+LEADER_LOST_STAGGER_TICKS = (
+    3  # on a dropped leader connection, follower k of the sorted list waits k*3
+)
 TRANSFER_TICKS_MAX = 50  # a leadership transfer that has not finished by then is abandoned
 
 # --- flush ----------------------------------------------------------------------------------------
@@ -48,6 +59,8 @@ assert APPEND_BATCH_BYTES_MAX + FRAME_ENVELOPE_BYTES_MAX <= FRAME_BYTES_MAX  # a
 assert ENTRY_HEADER_BYTES + ENTRY_BODY_BYTES_MAX <= SEGMENT_BYTES_DEFAULT  # no entry spans segments
 assert ELECTION_TICKS_MIN_DEFAULT > 2 * HEARTBEAT_TICKS_DEFAULT  # one lost beat is no election
 assert ELECTION_TICKS_MIN_DEFAULT < ELECTION_TICKS_MAX_DEFAULT  # randomised, so split votes resolve
-assert LEADER_LOST_STAGGER_TICKS * 4 < ELECTION_TICKS_MIN_DEFAULT  # 5 nodes stagger within a timeout
+assert (
+    LEADER_LOST_STAGGER_TICKS * 4 < ELECTION_TICKS_MIN_DEFAULT
+)  # 5 nodes stagger within a timeout
 assert TRANSFER_TICKS_MAX <= ELECTION_TICKS_MAX_DEFAULT
 assert PROPOSAL_ENTRIES_MAX <= CLIENT_PENDING_REQUESTS_MAX * 2

@@ -1,0 +1,106 @@
+"""Group commit: one trio task that fsyncs a LogStore for everyone who appended to it.
+
+Appenders write synchronously (LogStore.append), call `notify()`, and `await
+wait_durable(index)`. The flush task captures whatever is dirty at that moment, fsyncs it in
+a worker thread while appends go on, then releases every waiter the fsync covered: with many
+concurrent appenders, one fsync serves all the entries written while the previous one ran.
+Under ASYNC_FLUSH the same task flushes every flush_interval_ms, or sooner when
+flush_least_pages are dirty; waiters then wait for that periodic flush.
+
+A second task creates the next segment ahead of time (LogStore.prepare_next_segment) so the
+append path never waits for a file to be created and preallocated.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+
+import trio
+
+from dledger.log.store import FlushPolicy, LogStore
+
+MS_PER_S = 1000
+
+
+class Flusher:
+    """Owns the flushing of one store; run() inside the owner's nursery."""
+
+    def __init__(self, store: LogStore, *, on_durable: Callable[[int], None] | None = None) -> None:
+        """`on_durable(durable_index)` is called on the loop after every flush that raised it
+        (the node tells the Raft core `Persisted` from there and releases its acks)."""
+        self.store = store
+        self._on_durable = on_durable
+        self._wake = trio.Event()
+        self._prepare_wake = trio.Event()
+        self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (index, tie, event)
+        self._tie = itertools.count()
+
+    def notify(self) -> None:
+        """Something was appended or truncated: the flush task should look again."""
+        self._wake.set()
+        if self.store.segment_prepare_due:
+            self._prepare_wake.set()
+
+    async def wait_durable(self, index: int) -> int:
+        """Return once durable_index >= index (the entry is fsynced); returns durable_index."""
+        if self.store.durable_index >= index:
+            return self.store.durable_index
+        event = trio.Event()
+        heapq.heappush(self._waiters, (index, next(self._tie), event))
+        self.notify()
+        await event.wait()
+        return self.store.durable_index
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Flush and prepare segments until cancelled. A failed fsync raises out of here: the
+        owner must stop, since after EIO the kernel may have dropped the dirty pages."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._prepare_segments)
+            task_status.started()
+            await self._flush_loop()
+
+    async def _flush_loop(self) -> None:
+        store = self.store
+        interval_s = store.config.flush_interval_ms / MS_PER_S
+        periodic = store.config.flush is FlushPolicy.ASYNC_FLUSH
+        while True:
+            now_ms = int(trio.current_time() * MS_PER_S)
+            if not store.flush_due(now_ms):
+                if periodic:
+                    with trio.move_on_after(interval_s):
+                        await self._wake.wait()
+                else:
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            await self.flush_once()
+
+    async def flush_once(self) -> int:
+        """One group commit now, whatever the policy; returns durable_index."""
+        store = self.store
+        before = store.durable_index
+        ticket = store.begin_flush()
+        if ticket is None:
+            return before
+        with trio.CancelScope(shield=True):  # begun tickets always complete
+            await trio.to_thread.run_sync(ticket.run)
+            durable = store.complete_flush(ticket)
+        self._release(durable)
+        if durable > before and self._on_durable is not None:
+            self._on_durable(durable)
+        return durable
+
+    def _release(self, durable: int) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= durable:
+            heapq.heappop(waiters)[2].set()
+
+    async def _prepare_segments(self) -> None:
+        while True:
+            if self.store.segment_prepare_due:
+                await trio.to_thread.run_sync(self.store.prepare_next_segment)
+            else:
+                await self._prepare_wake.wait()
+                self._prepare_wake = trio.Event()

@@ -1,0 +1,131 @@
+"""Reading entries by index: the index record says where, the entry header confirms it.
+
+Every read re-checks what the writer asserted (both CRCs, and that index, term, position, size
+and kind agree with the index record), so a byte that rots after recovery is reported as
+CorruptEntry instead of being served. Bodies come back as bytes copies: a memoryview into a
+mapping would stop the mapping from being closed (BufferError) while anyone holds it.
+"""
+
+from __future__ import annotations
+
+from binascii import crc32
+from collections.abc import Iterator
+
+import attrs
+
+from dledger import limits
+from dledger.log.entry import decode_header, header_defect
+from dledger.log.errors import CorruptEntry
+from dledger.log.index_file import RECORD, IndexFile, IndexFiles
+from dledger.log.layout import index_label, segment_label
+from dledger.log.segment import SegmentFiles
+from dledger.raft.entries import EntryBatch
+
+RECORDS_PER_READ = 1024  # index records fetched at once by a range read
+Record = tuple[int, int, int, int, int, int]  # position, index, term, size, kind, reserved
+
+
+@attrs.frozen
+class StoredEntry:
+    """One entry as stored: where it is and what it holds."""
+
+    index: int
+    term: int
+    kind: int
+    position: int
+    size: int  # header + body bytes
+    body: bytes
+
+
+class EntryReader:
+    def __init__(self, segments: SegmentFiles, index: IndexFiles) -> None:
+        self._segments = segments
+        self._index = index
+
+    def record(self, index: int) -> Record:
+        """The index record for `index` (which the caller knows the log holds), checked."""
+        file = self._index.find(index)
+        if file is None:
+            raise CorruptEntry(
+                self._index_label(index), 0, f"index file for index {index} is missing"
+            )
+        record: Record = file.record(index)
+        self._check_record(file, index, record)
+        return record
+
+    def _index_label(self, index: int) -> str:
+        return index_label(self._index.first_of(index))
+
+    def _check_record(self, file: IndexFile, index: int, record: Record) -> None:
+        if record[1] != index or record[3] < limits.ENTRY_HEADER_BYTES:
+            reason = f"index record for index {index} holds index {record[1]}, size {record[3]}"
+            raise CorruptEntry(file.label, record[0], reason)
+
+    def records(self, lo: int, hi: int) -> Iterator[Record]:
+        """Checked records lo..hi, fetched a chunk at a time."""
+        index = lo
+        while index <= hi:
+            file = self._index.find(index)
+            if file is None:
+                raise CorruptEntry(
+                    self._index_label(index), 0, f"index file for index {index} is missing"
+                )
+            stop = min(hi, file.last, index + RECORDS_PER_READ - 1)
+            start = file.offset(index)
+            chunk = file.mm[start : file.offset(stop) + RECORD.size]
+            for k, record in enumerate(RECORD.iter_unpack(chunk)):
+                self._check_record(file, index + k, record)
+                yield record
+            index = stop + 1
+
+    def get(self, index: int) -> StoredEntry:
+        record = self.record(index)
+        return StoredEntry(index, record[2], record[4], record[0], record[3], self._body(record))
+
+    def read(self, lo: int, hi: int, bytes_max: int) -> EntryBatch:
+        terms: list[int] = []
+        kinds: list[int] = []
+        payloads: list[bytes] = []
+        total = 0
+        for record in self.records(lo, hi):
+            body_bytes = record[3] - limits.ENTRY_HEADER_BYTES
+            if payloads and total + body_bytes > bytes_max:
+                break
+            total += body_bytes
+            payloads.append(self._body(record))
+            terms.append(record[2])
+            kinds.append(record[4])
+        return EntryBatch(lo, terms, kinds, payloads)
+
+    def _body(self, record: Record) -> bytes:
+        """The body of the entry `record` points at, after every check."""
+        position, index, term, size, kind, _ = record
+        seg_bytes = self._segments.segment_bytes
+        base = position - position % seg_bytes
+        label = segment_label(base)
+        if base not in self._segments:
+            raise CorruptEntry(label, position, f"segment missing for index {index}")
+        offset = position - base
+        if offset + size > seg_bytes:
+            raise CorruptEntry(label, position, f"index record size {size} runs past the segment")
+        mm = self._segments.get(base).mm
+        header = decode_header(mm, offset)
+        reason = header_defect(mm, offset, header)
+        if reason is None and (header.size, header.index, header.term, header.position) != (
+            size,
+            index,
+            term,
+            position,
+        ):
+            reason = (
+                f"entry header says index {header.index} term {header.term} size {header.size} "
+                f"at {header.position}; index record says {index}/{term}/{size} at {position}"
+            )
+        if reason is None and header.kind != kind:
+            reason = f"entry kind {header.kind}, index record says {kind}"
+        if reason is not None:
+            raise CorruptEntry(label, position, reason)
+        body = mm[offset + limits.ENTRY_HEADER_BYTES : offset + size]
+        if crc32(body) != header.body_crc:
+            raise CorruptEntry(label, position, "body crc mismatch")
+        return body

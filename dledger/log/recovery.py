@@ -1,0 +1,358 @@
+"""Opening a store after a clean close or a crash: find the last valid entry, cut what follows
+it, and refuse to cut what may not be cut (docs/formats.md#recovery, docs/log-store.md).
+
+The walk starts after the checkpoint's durable index when the entry there checks out (it and
+everything before it were fsynced), otherwise at the log start. It checks each entry's magic,
+size, both CRCs, index, position and term against what the previous entry implies, and
+rewrites the index record of every entry it passes. It ends at zeros (the end of written
+data), at a missing segment, or at the first entry that fails. What comes after that point is
+the torn tail of an interrupted write, and is cut (zeroed, later files removed), unless
+
+- the failure is at or below the checkpoint's durable index: that entry was fsynced, so this
+  is damage, not a torn write; or
+- a valid entry follows it: one that an index record points at, the entry right after the
+  failed one (when the failed header is intact, its size is known), or any entry found by
+  scanning the rest of the written bytes for an entry magic.
+
+Then the store refuses to open with CorruptEntry naming the file, position and reason, and
+`repair=True` cuts there anyway.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from dledger import limits
+from dledger.log.entry import (
+    BLANK_BYTES_MIN,
+    BLANK_MAGIC,
+    END_MAGIC,
+    ENTRY_MAGIC,
+    MAGIC,
+    Header,
+    blank_defect,
+    check,
+    decode_header,
+    header_defect,
+)
+from dledger.log.errors import CorruptEntry
+from dledger.log.index_file import RECORD, IndexFiles
+from dledger.log.layout import segment_label
+from dledger.log.segment import SegmentFiles, nonzero_end, zero
+from dledger.raft.entries import LogStart
+
+ENTRY_MAGIC_BYTES = MAGIC.pack(ENTRY_MAGIC)
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What opening the store found and did; logged by the node at start."""
+
+    clean_shutdown: bool  # no abort marker: the last run closed the store
+    walked_from_index: int  # first index the walk checked
+    entries_checked: int
+    cut_bytes: int  # non-zero bytes removed after the last valid entry
+    cut_entries: int  # entry headers (with a valid header CRC) among them
+    index_records_rebuilt: int  # records rewritten because they were missing or disagreed
+    index_records_cleared: int  # records past the last valid entry that were zeroed
+    seconds: float = 0.0
+
+
+@attrs.frozen
+class Recovered:
+    last_index: int
+    last_term: int
+    write_position: int  # where the next entry goes (before the blank-record rule)
+    report: RecoveryReport
+
+
+@attrs.define
+class _End:
+    """Where the walk stopped: position, the index an entry there would have, and why."""
+
+    position: int
+    index: int
+    reason: str | None  # None: clean end of written data (zeros or no next segment)
+    header: Header | None = None  # of the failed entry, when its header CRC held
+
+
+def recover(
+    segments: SegmentFiles,
+    index: IndexFiles,
+    start: LogStart,
+    durable_index: int,
+    *,
+    clean_shutdown: bool,
+    repair: bool,
+) -> Recovered:
+    """Bring segments and index to a consistent log; see the module docstring."""
+    seg_bytes = segments.segment_bytes
+    _remove_below_start(segments, index, start)
+    walk_from = _trusted_end(segments, index, start, durable_index)
+    if walk_from is None:
+        walk_from = (start.position, start.prev.index + 1, start.prev.term)
+    position, first_walked, prev_term = walk_from
+    end, last_term, checked, rebuilt = _walk(segments, index, position, first_walked, prev_term)
+
+    corrupt = _corruption(segments, index, end, durable_index)
+    if corrupt is not None and not repair:
+        raise corrupt
+
+    base = segments.base_of(end.position)
+    offset = end.position - base
+    thorough = end.reason is not None or not clean_shutdown or repair
+    cut_entries = _count_headers(segments, end.position) if thorough else 0
+    cut_bytes = 0
+    if base in segments and thorough:
+        segment = segments.get(base)
+        written_end = nonzero_end(segment.fd, offset, seg_bytes)
+        if written_end > offset:
+            zero(segment.mm, offset, written_end)
+            cut_bytes += written_end - offset
+    for later in [b for b in segments.bases if b > base]:
+        if thorough:
+            cut_bytes += nonzero_end(segments.get(later).fd, 0, seg_bytes)
+        segments.delete(later)
+    cleared = _clear_index_after(index, end.index - 1)
+
+    report = RecoveryReport(
+        clean_shutdown=clean_shutdown,
+        walked_from_index=first_walked,
+        entries_checked=checked,
+        cut_bytes=cut_bytes,
+        cut_entries=cut_entries,
+        index_records_rebuilt=rebuilt,
+        index_records_cleared=cleared,
+    )
+    return Recovered(end.index - 1, last_term, end.position, report)
+
+
+def _remove_below_start(segments: SegmentFiles, index: IndexFiles, start: LogStart) -> None:
+    """Files wholly before the log start: retention or a reset updated meta, then crashed
+    before it removed them."""
+    start_base = segments.base_of(start.position)
+    for base in [b for b in segments.bases if b < start_base]:
+        segments.delete(base)
+    first = start.prev.index + 1
+    for file_first in [f for f in index.firsts if f + index.records_per_file <= first]:
+        index.delete(file_first)
+
+
+def _trusted_end(
+    segments: SegmentFiles, index: IndexFiles, start: LogStart, durable_index: int
+) -> tuple[int, int, int] | None:
+    """(position after it, next index, its term) for the checkpoint's durable entry, when it
+    and the index files before it check out; None means walk from the log start."""
+    if durable_index <= start.prev.index:
+        return None
+    per_file = index.records_per_file
+    for first in range(index.first_of(start.prev.index + 1), durable_index + 1, per_file):
+        if first not in index:
+            return None  # a lost index file: rebuild it with a full walk
+    record = index.record(durable_index)
+    if record is None:
+        return None
+    position, record_index, term, size, _kind, _ = record
+    base = segments.base_of(position)
+    if record_index != durable_index or size == 0 or position < start.position:
+        return None
+    if base not in segments:
+        return None
+    offset = position - base
+    reason, header = check(
+        segments.get(base).mm,
+        offset,
+        position=position,
+        index=durable_index,
+        room=segments.segment_bytes - offset,
+    )
+    if reason is not None or header is None or (header.term, header.size) != (term, size):
+        return None
+    return position + size, durable_index + 1, term
+
+
+def _walk(
+    segments: SegmentFiles, index: IndexFiles, position: int, next_index: int, prev_term: int
+) -> tuple[_End, int, int, int]:
+    """Check entries from `position` on; returns (where it ended, last term, entries checked,
+    index records rewritten)."""
+    seg_bytes = segments.segment_bytes
+    checked = rebuilt = 0
+    file = None
+    reason: str | None
+    while True:
+        base = position - position % seg_bytes
+        offset = position - base
+        if base not in segments:
+            return _End(position, next_index, None), prev_term, checked, rebuilt
+        mm = segments.get(base).mm
+        room = seg_bytes - offset
+        if room < limits.ENTRY_HEADER_BYTES:  # only a blank record or zeros fit here
+            if not mm[offset:seg_bytes].rstrip(b"\0"):
+                return _End(position, next_index, None), prev_term, checked, rebuilt
+            reason = f"{room} bytes before the segment end hold no valid record"
+            if room >= BLANK_BYTES_MIN and MAGIC.unpack_from(mm, offset)[0] == BLANK_MAGIC:
+                reason = blank_defect(mm, offset, room) or ""
+                if not reason:
+                    position = base + seg_bytes
+                    continue
+            return _End(position, next_index, reason), prev_term, checked, rebuilt
+        magic = MAGIC.unpack_from(mm, offset)[0]
+        if magic == END_MAGIC:
+            return _End(position, next_index, None), prev_term, checked, rebuilt
+        if magic == BLANK_MAGIC:
+            reason = blank_defect(mm, offset, room)
+            if reason is not None:
+                return _End(position, next_index, reason), prev_term, checked, rebuilt
+            position = base + seg_bytes
+            continue
+        reason, header = check(mm, offset, position=position, index=next_index, room=room)
+        if reason is None:
+            assert header is not None
+            if header.term < prev_term:
+                reason = f"term {header.term} is below the previous entry's term {prev_term}"
+        if reason is not None:
+            return _End(position, next_index, reason, header), prev_term, checked, rebuilt
+        assert header is not None
+        if file is None or next_index > file.last:
+            file, _ = index.get_or_create(next_index)
+        slot = file.offset(next_index)
+        record = RECORD.pack(position, next_index, header.term, header.size, header.kind, 0)
+        if file.mm[slot : slot + RECORD.size] != record:
+            file.mm[slot : slot + RECORD.size] = record
+            rebuilt += 1
+        checked += 1
+        position += header.size
+        next_index += 1
+        prev_term = header.term
+
+
+def _corruption(
+    segments: SegmentFiles, index: IndexFiles, end: _End, durable_index: int
+) -> CorruptEntry | None:
+    """The error to refuse opening with, when what follows `end` may not be cut."""
+    base = segments.base_of(end.position)
+    label = segment_label(base)
+    what = end.reason or f"no entry where index {end.index} should be"
+    if base not in segments:
+        what = f"segment {label} is missing"
+    if end.index <= durable_index:
+        reason = f"{what}; index {end.index} was durable per the checkpoint ({durable_index})"
+        return CorruptEntry(label, end.position, reason)
+    follower = _valid_entry_after(segments, index, end)
+    if follower is not None:
+        found_index, found_position = follower
+        reason = f"{what}; a valid entry follows (index {found_index} at {found_position})"
+        return CorruptEntry(label, end.position, reason)
+    return None
+
+
+def _valid_entry_after(
+    segments: SegmentFiles, index: IndexFiles, end: _End
+) -> tuple[int, int] | None:
+    """(index, position) of some valid entry beyond `end`, or None when none is found."""
+    seg_bytes = segments.segment_bytes
+    header = end.header
+    if header is not None:  # the failed entry's own header holds: try the entry after it
+        following = end.position + header.size
+        found = _valid_at(segments, following, end.index + 1)
+        if found is not None:
+            return found
+    found = _valid_by_index(segments, index, end.index)
+    if found is not None:
+        return found
+    end_base = segments.base_of(end.position)
+    for base in [b for b in segments.bases if b >= end_base]:
+        segment = segments.get(base)
+        lo = end.position - base + 1 if base == end_base else 0  # strictly after the failure
+        hi = nonzero_end(segment.fd, lo, seg_bytes)
+        at = segment.mm.find(ENTRY_MAGIC_BYTES, lo, hi) if hi > lo else -1
+        while at != -1:
+            found = _valid_at(segments, base + at, None)
+            if found is not None and found[0] >= end.index:
+                return found
+            at = segment.mm.find(ENTRY_MAGIC_BYTES, at + 1, hi)
+    return None
+
+
+def _valid_at(
+    segments: SegmentFiles, position: int, expected: int | None
+) -> tuple[int, int] | None:
+    base = segments.base_of(position)
+    if base not in segments:
+        return None
+    offset = position - base
+    room = segments.segment_bytes - offset
+    reason, header = check(
+        segments.get(base).mm, offset, position=position, index=expected, room=room
+    )
+    if reason is not None or header is None:
+        return None
+    return header.index, position
+
+
+def _valid_by_index(
+    segments: SegmentFiles, index: IndexFiles, from_index: int
+) -> tuple[int, int] | None:
+    """An index record at or after `from_index` that points at an entry passing every check."""
+    for first in [f for f in index.firsts if f + index.records_per_file > from_index]:
+        file = index.find(first)
+        assert file is not None
+        lo = max(from_index, first)
+        start = file.offset(lo)
+        hi = nonzero_end(file.fd, start, file.records * RECORD.size)
+        if hi <= start:
+            continue
+        hi = start + -(-(hi - start) // RECORD.size) * RECORD.size
+        for k, record in enumerate(RECORD.iter_unpack(file.mm[start:hi])):
+            position, record_index, _, size, _, _ = record
+            if size == 0 or record_index != lo + k:
+                continue
+            found = _valid_at(segments, position, lo + k)
+            if found is not None:
+                return found
+    return None
+
+
+def _count_headers(segments: SegmentFiles, position: int) -> int:
+    """How many entries with an intact header lie back to back from `position`: what a cut
+    there drops (a torn entry counts when its header made it to disk)."""
+    seg_bytes = segments.segment_bytes
+    count = 0
+    while True:
+        base = position - position % seg_bytes
+        offset = position - base
+        room = seg_bytes - offset
+        if base not in segments or room < BLANK_BYTES_MIN:
+            return count
+        mm = segments.get(base).mm
+        magic = MAGIC.unpack_from(mm, offset)[0]
+        if magic == BLANK_MAGIC and blank_defect(mm, offset, room) is None:
+            position = base + seg_bytes
+            continue
+        if room < limits.ENTRY_HEADER_BYTES:
+            return count
+        header = decode_header(mm, offset)
+        if header_defect(mm, offset, header) is not None or header.size > room:
+            return count
+        count += 1
+        position += header.size
+
+
+def _clear_index_after(index: IndexFiles, last_index: int) -> int:
+    """Zero every record after `last_index`; returns how many non-zero records that took."""
+    cleared = 0
+    for first in [f for f in index.firsts if f > last_index]:
+        file = index.find(first)
+        assert file is not None
+        cleared += -(-nonzero_end(file.fd, 0, file.records * RECORD.size) // RECORD.size)
+        index.delete(first)
+    file = index.find(last_index + 1)
+    if file is not None:
+        start = file.offset(last_index + 1)
+        end = nonzero_end(file.fd, start, file.records * RECORD.size)
+        if end > start:
+            slots = -(-(end - start) // RECORD.size)
+            zero(file.mm, start, start + slots * RECORD.size)
+            cleared += slots
+    return cleared

@@ -1,0 +1,274 @@
+"""The write side of a store: where the next entry goes, and every change made to the files.
+
+The append path is the hot path of the whole broker, so it works on runs of entries, not on
+entries: one placement pass (`accumulate` plus a `bisect` where a segment ends), one encoded
+buffer copied into the mapping per run, one buffer of index records per index file. Each step
+is a C-level map; the Python bytecode per entry is a few list slots.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from collections.abc import Sequence
+from itertools import accumulate, islice, repeat
+
+from dledger.log.durability import Durability
+from dledger.log.entry import BLANK_BYTES_MIN, encode_blank, encode_run
+from dledger.log.index_file import RECORD, IndexFile, IndexFiles
+from dledger.log.layout import StorePaths, index_label, segment_label
+from dledger.log.segment import Segment, SegmentFiles, zero
+from dledger.log.state_file import fsync_dir
+from dledger.raft.entries import EntryBatch
+
+
+class LogWriter:
+    """Appends, truncates and deletes; owns the write position and the prepared segment.
+
+    Runs on the store owner's thread, except prepare_next_segment, which runs in a worker
+    thread and shares only `_prepared` with the rest, under `_prepare_lock`.
+    """
+
+    def __init__(
+        self,
+        paths: StorePaths,
+        segments: SegmentFiles,
+        index: IndexFiles,
+        durability: Durability,
+        *,
+        preallocate: bool,
+    ) -> None:
+        self.paths = paths
+        self.segments = segments
+        self.index = index
+        self.durability = durability
+        self.preallocate = preallocate
+        self.segment_bytes = segments.segment_bytes
+        self.write_position = 0
+        self._segment: Segment | None = None  # the one holding write_position, once it exists
+        self._index_file: IndexFile | None = None  # the one the next record goes to
+        self._prepare_lock = threading.Lock()
+        self._prepared: Segment | None = None
+        self._closed = False
+
+    def move_to(self, position: int) -> None:
+        """The next entry goes to `position` (after recovery, a truncation or a reset)."""
+        self.write_position = position
+        self._segment = None
+        self._index_file = None
+
+    # --- appending ----------------------------------------------------------------------------
+
+    def append(self, batch: EntryBatch, sizes: list[int]) -> None:
+        """Write `batch` (entry sizes given) at the write position; the caller checked it."""
+        done = 0
+        while done < len(sizes):
+            done = self._append_run(batch, sizes, done)
+
+    def _append_run(self, batch: EntryBatch, sizes: list[int], lo: int) -> int:
+        """Write entries lo.. that fit in the current segment; returns the first one left."""
+        segment = self._segment_for_append()
+        limit = segment.base + self.segment_bytes
+        ends = list(accumulate(islice(sizes, lo, None), initial=self.write_position))
+        fitting = len(ends) - 1
+        last_end = ends[-1]
+        if last_end > limit - BLANK_BYTES_MIN and last_end != limit:  # the blank-record rule
+            fitting = bisect_right(ends, limit - BLANK_BYTES_MIN) - 1
+            if fitting + 1 < len(ends) and ends[fitting + 1] == limit:
+                fitting += 1
+        durability = self.durability
+        if fitting == 0:  # the next entry starts the next segment: blank out this one's tail
+            offset = self.write_position - segment.base
+            assert offset, (sizes[lo], self.segment_bytes)  # the store checked that all fit
+            segment.mm[offset : offset + BLANK_BYTES_MIN] = encode_blank(
+                limit - self.write_position
+            )
+            durability.dirty.add(segment)
+            durability.dirty_bytes += BLANK_BYTES_MIN
+            self.write_position = limit
+            return lo
+        hi = lo + fitting
+        if lo == 0 and hi == len(sizes):
+            terms, kinds, payloads, run_sizes = batch.terms, batch.kinds, batch.payloads, sizes
+            positions = ends[:-1]
+        else:
+            terms, kinds = batch.terms[lo:hi], batch.kinds[lo:hi]
+            payloads, run_sizes = batch.payloads[lo:hi], sizes[lo:hi]
+            positions = ends[:fitting]
+        first_index = batch.first_index + lo
+        data = encode_run(first_index, terms, kinds, payloads, positions, run_sizes)
+        offset = self.write_position - segment.base
+        segment.mm[offset : offset + len(data)] = data
+        self._write_records(first_index, positions, terms, run_sizes, kinds)
+        durability.dirty.add(segment)
+        durability.dirty_bytes += len(data)
+        self.write_position = ends[fitting]
+        return hi
+
+    def _write_records(
+        self,
+        first_index: int,
+        positions: Sequence[int],
+        terms: Sequence[int],
+        sizes: Sequence[int],
+        kinds: Sequence[int],
+    ) -> None:
+        count = len(positions)
+        done = 0
+        while done < count:
+            index = first_index + done
+            file = self._index_file
+            if file is None or not file.first <= index <= file.last:
+                file, created = self.index.get_or_create(index)
+                self._index_file = file
+                self.index.open_files.pinned = file
+                if created:
+                    self.durability.dirty_directories.add(self.paths.index)
+            take = min(count - done, file.last - index + 1)
+            if take == count:
+                columns = [positions, terms, sizes, kinds]
+            else:
+                columns = [c[done : done + take] for c in (positions, terms, sizes, kinds)]
+            records = b"".join(
+                map(
+                    RECORD.pack,
+                    columns[0],
+                    range(index, index + take),
+                    columns[1],
+                    columns[2],
+                    columns[3],
+                    repeat(0, take),
+                )
+            )
+            offset = file.offset(index)
+            file.mm[offset : offset + len(records)] = records
+            self.durability.dirty.add(file)
+            self.durability.dirty_bytes += len(records)
+            done += take
+
+    def _segment_for_append(self) -> Segment:
+        """The segment holding the write position, created (or taken from prepare) if new."""
+        segment = self._segment
+        position = self.write_position
+        if segment is not None and segment.base <= position < segment.base + self.segment_bytes:
+            return segment
+        base = self.segments.base_of(position)
+        with self._prepare_lock:
+            prepared, self._prepared = self._prepared, None
+            if prepared is not None and prepared.base == base and base not in self.segments:
+                self.segments.adopt(prepared)
+                segment = prepared
+            else:
+                if prepared is not None:
+                    _discard(prepared)
+                if base in self.segments:
+                    segment = self.segments.get(base)
+                else:
+                    segment = self.segments.create(base)
+                    self.durability.dirty_directories.add(self.paths.data)
+        self._segment = segment
+        self.segments.open_files.pinned = segment
+        return segment
+
+    # --- preparing the next segment -------------------------------------------------------
+
+    def _prepare_target(self) -> int:
+        base = self.segments.base_of(self.write_position)
+        return base if base not in self.segments else base + self.segment_bytes
+
+    @property
+    def segment_prepare_due(self) -> bool:
+        if self._closed:
+            return False
+        target = self._prepare_target()
+        prepared = self._prepared
+        return (prepared is None or prepared.base != target) and target not in self.segments
+
+    def prepare_next_segment(self) -> None:
+        """Blocking, for a worker thread: create (and preallocate) the segment the log rolls
+        into next, and make its directory entry durable."""
+        with self._prepare_lock:
+            if self._closed:
+                return
+            target = self._prepare_target()
+            if self._prepared is not None:
+                if self._prepared.base == target:
+                    return
+                _discard(self._prepared)
+                self._prepared = None
+            if target in self.segments:
+                return
+            path = self.paths.segment(target)
+            segment = Segment.create(path, target, self.segment_bytes, preallocate=self.preallocate)
+            fsync_dir(self.paths.data)
+            self._prepared = segment
+
+    # --- truncating and deleting ------------------------------------------------------------
+
+    def truncate(self, index: int, position: int, old_last: int) -> None:
+        """Entries after `index` go: zero their bytes from `position` (where entry index+1
+        started) to the old write position, delete later segments, clear their records."""
+        old_end = self.write_position
+        base = self.segments.base_of(position)
+        for later in [b for b in self.segments.bases if b > base]:
+            self.delete_segment(later)
+        if base in self.segments and old_end > position:
+            segment = self.segments.get(base)
+            stop = min(old_end, base + self.segment_bytes)
+            zero(segment.mm, position - base, stop - base)
+            self.durability.dirty.add(segment)
+            self.durability.dirty_bytes += stop - position
+        for first in [f for f in self.index.firsts if f > index]:
+            self.delete_index_file(first)
+        file = self.index.find(index + 1)
+        if file is not None:
+            file.clear(index + 1, old_last)
+            self.durability.dirty.add(file)
+        self.move_to(position)
+
+    def delete_segment(self, base: int) -> str:
+        self.durability.forget(self.segments.get(base))
+        self.segments.delete(base)
+        self.durability.dirty_directories.add(self.paths.data)
+        return segment_label(base)
+
+    def delete_index_file(self, first: int) -> str:
+        file = self.index.find(first)
+        assert file is not None, first
+        self.durability.forget(file)
+        self.index.delete(first)
+        self.durability.dirty_directories.add(self.paths.index)
+        if self._index_file is file:
+            self._index_file = None
+        return index_label(first)
+
+    def delete_all_index_files(self) -> None:
+        """Durably: a reset's first step (the index is derived; the data still holds the log)."""
+        for first in list(self.index.firsts):
+            self.delete_index_file(first)
+        fsync_dir(self.paths.index)
+
+    def delete_all_segments(self) -> None:
+        """Durably, with any prepared segment: a reset's last step."""
+        with self._prepare_lock:
+            if self._prepared is not None:
+                _discard(self._prepared)
+                self._prepared = None
+        for base in list(self.segments.bases):
+            self.delete_segment(base)
+        fsync_dir(self.paths.data)
+
+    def close(self) -> None:
+        with self._prepare_lock:
+            self._closed = True
+            if self._prepared is not None:
+                _discard(self._prepared)
+                self._prepared = None
+        self.segments.close()
+        self.index.close()
+
+
+def _discard(segment: Segment) -> None:
+    """Close and remove a prepared segment the log did not roll into."""
+    segment.close()
+    segment.path.unlink(missing_ok=True)
