@@ -10,9 +10,11 @@ the torn tail of an interrupted write, and is cut (zeroed, later files removed),
 
 - the failure is at or below the checkpoint's durable index: that entry was fsynced, so this
   is damage, not a torn write; or
-- a valid entry follows it: one that an index record points at, the entry right after the
-  failed one (when the failed header is intact, its size is known), or any entry found by
-  scanning the rest of the written bytes for an entry magic.
+- a valid entry follows it: an index record beyond the failure points at an entry that
+  passes every check (docs/formats.md). Index records are written after their run's data
+  and cleared before a truncation zeroes data, so a killed process never leaves one behind
+  a hole; a power loss with a reordering disk cache can, in the unsynced tail, and then
+  opening refuses although nothing acknowledged was lost (repair=True is safe there).
 
 Then the store refuses to open with CorruptEntry naming the file, position and reason, and
 `repair=True` cuts there anyway.
@@ -27,9 +29,7 @@ from dledger.log.entry import (
     BLANK_BYTES_MIN,
     BLANK_MAGIC,
     END_MAGIC,
-    ENTRY_MAGIC,
     MAGIC,
-    Header,
     blank_defect,
     check,
     decode_header,
@@ -40,8 +40,6 @@ from dledger.log.index_file import RECORD, IndexFiles
 from dledger.log.layout import segment_label
 from dledger.log.segment import SegmentFiles, nonzero_end, zero
 from dledger.raft.entries import LogStart
-
-ENTRY_MAGIC_BYTES = MAGIC.pack(ENTRY_MAGIC)
 
 
 @attrs.frozen
@@ -73,7 +71,6 @@ class _End:
     position: int
     index: int
     reason: str | None  # None: clean end of written data (zeros or no next segment)
-    header: Header | None = None  # of the failed entry, when its header CRC held
 
 
 def recover(
@@ -102,6 +99,7 @@ def recover(
     offset = end.position - base
     thorough = end.reason is not None or not clean_shutdown or repair
     cut_entries = _count_headers(segments, end.position) if thorough else 0
+    cleared = _clear_index_after(index, end.index - 1)  # before the data, as truncation does
     cut_bytes = 0
     if base in segments and thorough:
         segment = segments.get(base)
@@ -113,7 +111,6 @@ def recover(
         if thorough:
             cut_bytes += nonzero_end(segments.get(later).fd, 0, seg_bytes)
         segments.delete(later)
-    cleared = _clear_index_after(index, end.index - 1)
 
     report = RecoveryReport(
         clean_shutdown=clean_shutdown,
@@ -212,7 +209,7 @@ def _walk(
             if header.term < prev_term:
                 reason = f"term {header.term} is below the previous entry's term {prev_term}"
         if reason is not None:
-            return _End(position, next_index, reason, header), prev_term, checked, rebuilt
+            return _End(position, next_index, reason), prev_term, checked, rebuilt
         assert header is not None
         if file is None or next_index > file.last:
             file, _ = index.get_or_create(next_index)
@@ -239,39 +236,11 @@ def _corruption(
     if end.index <= durable_index:
         reason = f"{what}; index {end.index} was durable per the checkpoint ({durable_index})"
         return CorruptEntry(label, end.position, reason)
-    follower = _valid_entry_after(segments, index, end)
+    follower = _valid_by_index(segments, index, end.index)
     if follower is not None:
         found_index, found_position = follower
         reason = f"{what}; a valid entry follows (index {found_index} at {found_position})"
         return CorruptEntry(label, end.position, reason)
-    return None
-
-
-def _valid_entry_after(
-    segments: SegmentFiles, index: IndexFiles, end: _End
-) -> tuple[int, int] | None:
-    """(index, position) of some valid entry beyond `end`, or None when none is found."""
-    seg_bytes = segments.segment_bytes
-    header = end.header
-    if header is not None:  # the failed entry's own header holds: try the entry after it
-        following = end.position + header.size
-        found = _valid_at(segments, following, end.index + 1)
-        if found is not None:
-            return found
-    found = _valid_by_index(segments, index, end.index)
-    if found is not None:
-        return found
-    end_base = segments.base_of(end.position)
-    for base in [b for b in segments.bases if b >= end_base]:
-        segment = segments.get(base)
-        lo = end.position - base + 1 if base == end_base else 0  # strictly after the failure
-        hi = nonzero_end(segment.fd, lo, seg_bytes)
-        at = segment.mm.find(ENTRY_MAGIC_BYTES, lo, hi) if hi > lo else -1
-        while at != -1:
-            found = _valid_at(segments, base + at, None)
-            if found is not None and found[0] >= end.index:
-                return found
-            at = segment.mm.find(ENTRY_MAGIC_BYTES, at + 1, hi)
     return None
 
 
@@ -294,7 +263,13 @@ def _valid_at(
 def _valid_by_index(
     segments: SegmentFiles, index: IndexFiles, from_index: int
 ) -> tuple[int, int] | None:
-    """An index record at or after `from_index` that points at an entry passing every check."""
+    """(index, position) of an entry passing every check that an index record at or after
+    `from_index` points at.
+
+    Only index records count, not entries found by scanning the data: a process killed in the
+    middle of copying a run into the mapping can leave a hole followed by whole entries
+    (memcpy need not copy front to back), but never an index record for them.
+    """
     for first in [f for f in index.firsts if f + index.records_per_file > from_index]:
         file = index.find(first)
         assert file is not None

@@ -199,11 +199,11 @@ class LogStore:
         """Let go of every file as a crash would: no flush, the abort marker stays. What was
         written stays in the page cache, so a reopen in this process sees it. For tests."""
         if not self._closed:
-            self._release()
+            self._release(crash=True)
 
-    def _release(self) -> None:
+    def _release(self, *, crash: bool = False) -> None:
         self._closed = True
-        self._writer.close()
+        self._writer.close(remove_prepared=not crash)
         os.close(self._lock_fd)
 
     def __enter__(self) -> LogStore:

@@ -208,6 +208,14 @@ class LogWriter:
     def truncate(self, index: int, position: int, old_last: int) -> None:
         """Entries after `index` go: zero their bytes from `position` (where entry index+1
         started) to the old write position, delete later segments, clear their records."""
+        # Records first: a process killed while zeroing must not leave a record pointing at an
+        # entry behind a zeroed hole (recovery would take the hole for damage).
+        for first in [f for f in self.index.firsts if f > index]:
+            self.delete_index_file(first)
+        file = self.index.find(index + 1)
+        if file is not None:
+            file.clear(index + 1, old_last)
+            self.durability.dirty.add(file)
         old_end = self.write_position
         base = self.segments.base_of(position)
         for later in [b for b in self.segments.bases if b > base]:
@@ -218,12 +226,6 @@ class LogWriter:
             zero(segment.mm, position - base, stop - base)
             self.durability.dirty.add(segment)
             self.durability.dirty_bytes += stop - position
-        for first in [f for f in self.index.firsts if f > index]:
-            self.delete_index_file(first)
-        file = self.index.find(index + 1)
-        if file is not None:
-            file.clear(index + 1, old_last)
-            self.durability.dirty.add(file)
         self.move_to(position)
 
     def delete_segment(self, base: int) -> str:
@@ -258,11 +260,14 @@ class LogWriter:
             self.delete_segment(base)
         fsync_dir(self.paths.data)
 
-    def close(self) -> None:
+    def close(self, *, remove_prepared: bool = True) -> None:
         with self._prepare_lock:
             self._closed = True
             if self._prepared is not None:
-                _discard(self._prepared)
+                if remove_prepared:
+                    _discard(self._prepared)
+                else:
+                    self._prepared.close()
                 self._prepared = None
         self.segments.close()
         self.index.close()

@@ -1,0 +1,249 @@
+"""LogStore behaviour through its API: positions, reads, flush tickets and the durable
+index, checkpoint, segment preparation, reset, and the bound on open files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dledger import limits
+from dledger.log.errors import StoreLocked
+from dledger.log.meta import Checkpoint
+from dledger.log.segment import entry_position
+from dledger.log.store import FlushPolicy, StoreConfig
+from dledger.raft.entries import EntryId, LogStart
+from tests.log.helpers import SMALL, TINY, batch_of, body, open_store, segment_files
+
+
+class TestPositions:
+    def test_positions_follow_the_blank_record_rule(self, tmp_path: Path) -> None:
+        """Each entry starts where entry_position says: every replica computes the same."""
+        with open_store(tmp_path) as store:
+            expected = 0
+            for index in range(1, 60):
+                size = limits.ENTRY_HEADER_BYTES + len(body(index, 1))
+                position = entry_position(store.next_position, size, TINY.segment_bytes)
+                assert position == entry_position(expected, size, TINY.segment_bytes)
+                store.append(batch_of(index, 1, 1))
+                assert store.get(index).position == position
+                expected = position + size
+                assert store.next_position == expected
+
+    def test_same_entries_same_positions_in_any_batching(self, tmp_path: Path) -> None:
+        """Positions depend on the entries, not on how they were batched or flushed."""
+        entries = batch_of(1, 1, 40)
+        with open_store(tmp_path / "a") as a, open_store(tmp_path / "b") as b:
+            a.append(entries)
+            for k in range(40):
+                b.append(entries.slice(k + 1, k + 1))
+                if k % 7 == 0:
+                    b.flush()
+            assert [a.get(i).position for i in range(1, 41)] == [
+                b.get(i).position for i in range(1, 41)
+            ]
+            assert a.next_position == b.next_position
+
+    def test_segments_are_aligned_and_named_by_position(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 30))
+        names = [p.name for p in segment_files(tmp_path)]
+        assert names[0] == "00000000000000000000"
+        assert all(int(n) % TINY.segment_bytes == 0 for n in names)
+        assert all(p.stat().st_size == TINY.segment_bytes for p in segment_files(tmp_path))
+
+
+class TestReads:
+    def test_read_stops_at_the_byte_budget_but_returns_one(self, tmp_path: Path) -> None:
+        with open_store(tmp_path, SMALL) as store:
+            store.append(batch_of(1, 1, 10, size=100))
+            assert len(store.read(1, 10, 0)) == 1
+            assert len(store.read(1, 10, 250)) == 2
+            assert len(store.read(1, 10, 300)) == 3
+            assert len(store.read(3, 10, 10**9)) == 8
+
+    def test_term_at_covers_start_prev_and_last(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            assert store.term_at(0) == 0
+            store.append(batch_of(1, 2, 3))
+            store.append(batch_of(4, 5, 2))
+            assert [store.term_at(i) for i in range(0, 6)] == [0, 2, 2, 2, 5, 5]
+
+    def test_get_returns_stored_fields(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 3, 2, size=10))
+            entry = store.get(2)
+            assert (entry.index, entry.term, entry.kind, entry.size) == (2, 3, 0, 54)
+            assert entry.body == body(2, 3, 10) and entry.position == 54
+
+
+class TestDurability:
+    def test_nothing_is_durable_before_a_flush(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 5))
+            assert store.durable_index == 0
+            assert store.flush() == 5
+            assert store.begin_flush() is None  # nothing dirty any more
+
+    def test_ticket_covers_what_was_written_when_it_began(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 5))
+            ticket = store.begin_flush()
+            assert ticket is not None
+            store.append(batch_of(6, 1, 5))  # while the fsync runs in a thread
+            ticket.run()
+            assert store.complete_flush(ticket) == 5
+            assert store.flush() == 10
+
+    def test_truncation_caps_a_ticket_begun_before_it(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 10))
+            old = store.begin_flush()
+            assert old is not None
+            store.truncate_after(4)
+            assert store.durable_index == 0
+            store.append(batch_of(5, 2, 3))  # new entries 5..7 of term 2
+            old.run()
+            assert store.complete_flush(old) == 4  # its fsync never saw the new 5..7
+            new = store.begin_flush()
+            assert new is not None
+            new.run()
+            assert store.complete_flush(new) == 7
+
+    def test_truncation_lowers_durable_at_once(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 10))
+            store.flush()
+            store.truncate_after(3)
+            assert store.durable_index == 3
+            assert store.flush() == 3  # the zeroed bytes are synced; nothing new to claim
+
+    def test_a_later_ticket_resyncs_files_of_one_in_flight(self, tmp_path: Path) -> None:
+        """Finishing first must not let a ticket claim what another is still syncing."""
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 3))
+            first = store.begin_flush()
+            store.append(batch_of(4, 1, 1))
+            second = store.begin_flush()
+            assert first is not None and second is not None
+            assert len(second.fds) >= len(first.fds)
+            second.run()
+            assert store.complete_flush(second) == 4
+            first.run()
+            assert store.complete_flush(first) == 4
+
+    def test_flush_due(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            assert not store.flush_due(0)
+            store.append(batch_of(1, 1, 1))
+            assert store.flush_due(0)  # SYNC_FLUSH: anything dirty
+        config = StoreConfig(
+            segment_bytes=1 << 20,
+            flush=FlushPolicy.ASYNC_FLUSH,
+            flush_interval_ms=500,
+            flush_least_pages=4,
+        )
+        with open_store(tmp_path / "async", config) as store:
+            store.append(batch_of(1, 1, 1, size=100))
+            assert not store.flush_due(1000)  # the interval starts now
+            assert not store.flush_due(1499)
+            assert store.flush_due(1500)
+            store.flush()
+            store.append(batch_of(2, 1, 20, size=1000))  # > 4 pages dirty
+            assert store.flush_due(1501)
+
+
+class TestCheckpoint:
+    def test_round_trip_with_durable_index(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            assert store.read_checkpoint() == Checkpoint()
+            store.append(batch_of(1, 1, 5))
+            store.flush()
+            store.write_checkpoint(4, 3)
+            ck = store.read_checkpoint()
+            assert (ck.commit_index, ck.applied_index, ck.durable_index) == (4, 3, 5)
+        with open_store(tmp_path) as store:
+            ck = store.read_checkpoint()
+            assert (ck.commit_index, ck.applied_index, ck.durable_index) == (4, 3, 5)
+
+    def test_truncation_below_it_lowers_its_durable_index(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 8))
+            store.flush()
+            store.write_checkpoint(2, 2)
+            store.truncate_after(5)
+            assert store.read_checkpoint().durable_index == 5
+            store.abandon()  # crash: the checkpoint on disk already says 5
+        with open_store(tmp_path) as store:
+            assert store.read_checkpoint().durable_index == 5 and store.last_index == 5
+
+
+class TestPrepare:
+    def test_rollover_takes_the_prepared_segment(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 1, size=100))
+            assert store.segment_prepare_due
+            store.prepare_next_segment()
+            assert not store.segment_prepare_due
+            assert len(segment_files(tmp_path)) == 2  # the current one and the prepared one
+            prepared = segment_files(tmp_path)[1].stat().st_ino
+            store.append(batch_of(2, 1, 2, size=3000))  # rolls into it
+            assert segment_files(tmp_path)[1].stat().st_ino == prepared
+            assert store.segment_prepare_due  # and the one after it is next
+            assert [store.get(i).body for i in (2, 3)] == [body(2, 1, 3000), body(3, 1, 3000)]
+
+    def test_prepared_segment_left_by_a_crash_is_removed(self, tmp_path: Path) -> None:
+        store = open_store(tmp_path)
+        store.append(batch_of(1, 1, 1, size=100))
+        store.prepare_next_segment()
+        store.abandon()
+        with open_store(tmp_path) as store:
+            assert len(segment_files(tmp_path)) == 1 and store.last_index == 1
+
+
+class TestReset:
+    def test_restart_after_a_gap_mid_segment(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 5))
+            start = LogStart(EntryId(100, 3), 5 * TINY.segment_bytes + 1000)
+            store.reset(start)
+            assert (store.first_index, store.last_index, store.last_term) == (101, 100, 3)
+            assert store.durable_index == 100 and store.next_position == start.position
+            store.append(batch_of(101, 3, 3, size=10))
+            assert store.get(101).position == start.position
+        with open_store(tmp_path) as store:
+            assert store.start == start and store.last_index == 103
+            assert store.get(103).body == body(103, 3, 10)
+        assert [p.name for p in segment_files(tmp_path)] == ["00000000000000020480"]
+
+
+class TestOpenFiles:
+    def test_more_segments_than_may_be_open(self, tmp_path: Path) -> None:
+        """Old segments are closed to stay under SEGMENTS_OPEN_MAX; dirty ones synced first."""
+        count = limits.SEGMENTS_OPEN_MAX * 2
+        with open_store(tmp_path) as store:
+            for index in range(1, count + 1):
+                store.append(batch_of(index, 1, 1, size=3000))  # one segment each
+            assert len(store._segments.opened()) <= limits.SEGMENTS_OPEN_MAX
+            assert all(store.get(i).body == body(i, 1, 3000) for i in range(1, count + 1))
+            assert store.flush() == count
+        fds = len(os.listdir("/proc/self/fd"))
+        with open_store(tmp_path) as store:
+            store.read(1, count, 10**9)
+            mapped = limits.SEGMENTS_OPEN_MAX + limits.INDEX_FILES_OPEN_MAX
+            assert len(os.listdir("/proc/self/fd")) <= fds + 2 * mapped + 2  # mmap dups its fd
+
+
+class TestLifecycle:
+    def test_abort_marker_while_open(self, tmp_path: Path) -> None:
+        store = open_store(tmp_path)
+        assert (tmp_path / "dledger" / "abort").exists()
+        store.close()
+        assert not (tmp_path / "dledger" / "abort").exists()
+        store.close()  # twice is fine
+
+    def test_second_open_is_refused(self, tmp_path: Path) -> None:
+        with open_store(tmp_path), pytest.raises(StoreLocked, match="open elsewhere"):
+            open_store(tmp_path)
+        open_store(tmp_path).close()  # the lock went with the first store
