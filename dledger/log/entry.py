@@ -99,6 +99,19 @@ def encode_run(
     return b"".join(chain.from_iterable(zip(covered, header_crcs, payloads, strict=False)))
 
 
+def write_entry(
+    buf: mmap.mmap, offset: int, index: int, term: int, position: int, kind: int, body: bytes
+) -> int:
+    """Write one entry straight into `buf` at `offset`; returns its size. The single-entry
+    append path: the same bytes as encode_run, without building a run."""
+    size = HEADER.size + len(body)
+    covered = HEADER_COVERED.pack(ENTRY_MAGIC, size, index, term, position, kind, 0, crc32(body))
+    buf[offset : offset + HEADER_CRC_BYTES] = covered
+    CRC.pack_into(buf, offset + HEADER_CRC_BYTES, crc32(covered))
+    buf[offset + HEADER.size : offset + size] = body
+    return size
+
+
 def encode_entry(index: int, term: int, position: int, kind: int, body: bytes) -> bytes:
     """One entry; the store writes runs with encode_run, this is for tests and tools."""
     size = limits.ENTRY_HEADER_BYTES + len(body)

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from itertools import accumulate, islice, repeat
 
 from dledger.log.durability import Durability
-from dledger.log.entry import BLANK_BYTES_MIN, encode_blank, encode_run
+from dledger.log.entry import BLANK_BYTES_MIN, encode_blank, encode_run, write_entry
 from dledger.log.index_file import RECORD, IndexFile, IndexFiles
 from dledger.log.layout import StorePaths, index_label, segment_label
-from dledger.log.segment import Segment, SegmentFiles, zero
+from dledger.log.segment import Segment, SegmentFiles, populate, zero
 from dledger.log.state_file import fsync_dir
 from dledger.raft.entries import EntryBatch
 
@@ -61,9 +61,35 @@ class LogWriter:
 
     def append(self, batch: EntryBatch, sizes: list[int]) -> None:
         """Write `batch` (entry sizes given) at the write position; the caller checked it."""
+        if len(sizes) == 1 and self._append_one(batch, sizes[0]):
+            return
         done = 0
         while done < len(sizes):
             done = self._append_run(batch, sizes, done)
+
+    def _append_one(self, batch: EntryBatch, size: int) -> bool:
+        """One entry that fits the current segment and index file: a few C calls, no run.
+        False (nothing written) when it needs the general path."""
+        segment, file = self._segment, self._index_file
+        position = self.write_position
+        index = batch.first_index
+        if segment is None or file is None or not file.first <= index <= file.last:
+            return False
+        offset = position - segment.base
+        end = offset + size
+        if end > self.segment_bytes - BLANK_BYTES_MIN and end != self.segment_bytes:
+            return False
+        term, kind = batch.terms[0], batch.kinds[0]
+        write_entry(segment.mm, offset, index, term, position, kind, batch.payloads[0])
+        RECORD.pack_into(
+            file.mm, (index - file.first) * RECORD.size, position, index, term, size, kind, 0
+        )
+        durability = self.durability
+        durability.dirty.add(segment)
+        durability.dirty.add(file)
+        durability.dirty_bytes += size + RECORD.size
+        self.write_position = position + size
+        return True
 
     def _append_run(self, batch: EntryBatch, sizes: list[int], lo: int) -> int:
         """Write entries lo.. that fit in the current segment; returns the first one left."""
@@ -200,6 +226,7 @@ class LogWriter:
                 return
             path = self.paths.segment(target)
             segment = Segment.create(path, target, self.segment_bytes, preallocate=self.preallocate)
+            populate(segment.fd, self.segment_bytes)
             fsync_dir(self.paths.data)
             self._prepared = segment
 
