@@ -40,14 +40,12 @@ GET_BATCH_ENTRIES_MAX = 4096  # one client read returns at most this many entrie
 
 # --- time (the core counts ticks; the node turns ticks into milliseconds) -----------------------
 TICK_MS_DEFAULT = 10
-HEARTBEAT_TICKS_DEFAULT = (
-    5  # 50 ms: a follower hears from the leader ~10 times per election timeout
-)
+HEARTBEAT_TICKS_DEFAULT = 5  # 50 ms: a follower hears the leader ~10 times per election timeout
 ELECTION_TICKS_MIN_DEFAULT = 50  # 500 ms: survives event-loop stalls of a loaded Python process
 ELECTION_TICKS_MAX_DEFAULT = 100
-LEADER_LOST_STAGGER_TICKS = (
-    3  # on a dropped leader connection, follower k of the sorted list waits k*3
-)
+# On a dropped leader connection, follower k (of the sorted voters) campaigns after k * 3 ticks.
+LEADER_LOST_STAGGER_TICKS = 3
+PREVOTE_RETRY_TICKS = 2  # a pre-candidate asks again this often (a pre-vote changes no state)
 TRANSFER_TICKS_MAX = 50  # a leadership transfer that has not finished by then is abandoned
 
 # --- flush ----------------------------------------------------------------------------------------
@@ -59,8 +57,6 @@ assert APPEND_BATCH_BYTES_MAX + FRAME_ENVELOPE_BYTES_MAX <= FRAME_BYTES_MAX  # a
 assert ENTRY_HEADER_BYTES + ENTRY_BODY_BYTES_MAX <= SEGMENT_BYTES_DEFAULT  # no entry spans segments
 assert ELECTION_TICKS_MIN_DEFAULT > 2 * HEARTBEAT_TICKS_DEFAULT  # one lost beat is no election
 assert ELECTION_TICKS_MIN_DEFAULT < ELECTION_TICKS_MAX_DEFAULT  # randomised, so split votes resolve
-assert (
-    LEADER_LOST_STAGGER_TICKS * 4 < ELECTION_TICKS_MIN_DEFAULT
-)  # 5 nodes stagger within a timeout
+assert LEADER_LOST_STAGGER_TICKS * 4 < ELECTION_TICKS_MIN_DEFAULT  # 5 nodes stagger in a timeout
 assert TRANSFER_TICKS_MAX <= ELECTION_TICKS_MAX_DEFAULT
 assert PROPOSAL_ENTRIES_MAX <= CLIENT_PENDING_REQUESTS_MAX * 2

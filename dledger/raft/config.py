@@ -36,6 +36,7 @@ class RaftConfig:
         default=limits.UNCOMMITTED_BYTES_MAX, validator=_positive
     )
     leader_lost_stagger_ticks: int = limits.LEADER_LOST_STAGGER_TICKS
+    prevote_retry_ticks: int = attrs.field(default=limits.PREVOTE_RETRY_TICKS, validator=_positive)
     transfer_ticks_max: int = attrs.field(default=limits.TRANSFER_TICKS_MAX, validator=_positive)
 
     def __attrs_post_init__(self) -> None:

@@ -220,6 +220,7 @@ class RaftCore:
         self._commit_before = self.commit_index
         self._role_before = (self.role, self.term, self.leader)
         self._result: Result | None = None
+        self._notices: list[str] = []
 
     def _finish(self) -> Effects:
         persist = None
@@ -250,6 +251,7 @@ class RaftCore:
             commit_index=commit,
             role=role,
             result=self._result,
+            notices=tuple(self._notices),
         )
 
     def _send(self, to: NodeId, message: Message) -> None:
@@ -465,6 +467,22 @@ class RaftCore:
         self.election_elapsed += 1
         if self._promotable() and self.election_elapsed >= self.randomized_timeout:
             self._campaign(pre_vote=self.cfg.pre_vote)
+        elif (
+            self.role is Role.PRE_CANDIDATE
+            and self.election_elapsed % self.cfg.prevote_retry_ticks == 0
+        ):
+            self._retry_prevote()
+
+    def _retry_prevote(self) -> None:
+        """Ask again those who refused or did not answer: a voter that refused because it
+        still heard the leader may have lost it since (a dead leader's connections drop at
+        slightly different moments on each follower). A pre-vote changes no state, so asking
+        again is free of risk."""
+        last = self._last_id()
+        for voter in sorted(self.membership.voters - {self.id}):
+            if not self.votes.get(voter, False):
+                self.votes.pop(voter, None)
+                self._send(voter, RequestVote(self.term + 1, self.id, last, True))
 
     def _tick_leader(self) -> None:
         lead = self.lead
@@ -793,7 +811,7 @@ class RaftCore:
     def _on_heartbeat(self, m: Heartbeat) -> None:
         self._heard_from_leader(m.leader)
         self._advance_follower_commit(m.commit)
-        self._send(m.leader, HeartbeatReply(self.term, self.id))
+        self._send(m.leader, HeartbeatReply(self.term, self.id, self._last_index()))
 
     def _on_install_log_start(self, m: InstallLogStart) -> None:
         self._heard_from_leader(m.leader)
@@ -877,13 +895,32 @@ class RaftCore:
                 self._send(m.follower, TimeoutNow(self.term, self.id))
             self._send_append(m.follower)
             return
-        if pr.state is ProgressState.REPLICATE and m.reject_index <= pr.match:
+        hint = m.hint
+        lost_entries = (
+            hint is not None
+            and hint.term == 0
+            and hint.index <= pr.match
+            and m.reject_index == pr.next - 1  # an answer to what we last sent, not an old one
+        )
+        if lost_entries:
+            assert hint is not None
+            self._follower_lost_entries(m.follower, pr, hint.index - 1)
+        elif pr.state is ProgressState.REPLICATE and m.reject_index <= pr.match:
             return  # stale: we already know it matches further
-        if pr.state is not ProgressState.REPLICATE and m.reject_index != pr.next - 1:
+        elif pr.state is not ProgressState.REPLICATE and m.reject_index != pr.next - 1:
             return  # stale: an answer to an older probe
         pr.become_probe()
         pr.next = max(pr.match + 1, min(self._next_after_rejection(m), m.reject_index))
         self._send_append(m.follower)
+
+    def _follower_lost_entries(self, follower: NodeId, pr: Progress, log_end: int) -> None:
+        """Its log ends before entries it acknowledged: its store was wiped or damaged. Raft
+        assumes that never happens; all we can do is say so and copy the log to it again."""
+        self._notices.append(
+            f"follower {follower} lost entries it had acknowledged (its log ends at {log_end}, "
+            f"it had acknowledged {pr.match}): store wiped? copying the log to it again"
+        )
+        pr.match = log_end
 
     def _next_after_rejection(self, m: AppendEntriesReply) -> int:
         hint = m.hint
@@ -906,6 +943,9 @@ class RaftCore:
             return
         pr.recent_active = True
         pr.heartbeat_answered()
+        if m.log_end < pr.match:
+            self._follower_lost_entries(m.follower, pr, m.log_end)
+            pr.become_probe()
         if pr.match < self._last_index() or pr.state is ProgressState.RESET:
             self._send_append(m.follower, probe_gap=True)
 

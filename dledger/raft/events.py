@@ -147,6 +147,7 @@ class Effects:
     commit_index: int | None = None  # advanced
     role: RoleState | None = None  # role, term or leader changed
     result: Result | None = None  # the answer to Propose, TransferLeadership or ChangeMembership
+    notices: tuple[str, ...] = ()  # what an operator should read in the log (the node logs them)
 
 
 NO_EFFECTS = Effects()

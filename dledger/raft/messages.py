@@ -84,6 +84,8 @@ class Heartbeat:
 class HeartbeatReply:
     term: int
     follower: NodeId
+    log_end: int = 0  # the follower's last index: shorter than what it acknowledged means a
+    # wiped store, which the leader could otherwise only notice when it next sends entries
 
     @property
     def sender(self) -> NodeId:

@@ -210,6 +210,25 @@ class TestReplication:
         assert s.terms("n2") == s.terms("n0")
         assert s.core("n2").commit_index == s.core("n0").commit_index
 
+    def test_leader_copies_the_log_again_to_a_wiped_follower(self) -> None:
+        """Raft assumes acked entries survive; an operator deleting a store breaks that. The
+        leader believes the follower's shorter log, says so, and copies the log again."""
+        s = Script(3)
+        s.elect("n0")
+        for i in range(5):
+            s.propose("n0", f"e{i}".encode())
+            s.stabilize()
+        s.crash("n2")
+        s.node("n2").log = MemLog()  # the store is gone
+        s.node("n2").hard = HardState()
+        s.restart("n2")
+        for _ in range(3):
+            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+            s.stabilize()
+        notices = [text for node, text in s.world.notices if node == "n0"]
+        assert any("follower n2 lost entries it had acknowledged" in n for n in notices), notices
+        assert s.terms("n2") == s.terms("n0")
+
 
 class TestTransfer:
     def test_transfer_to_caught_up_follower(self) -> None:

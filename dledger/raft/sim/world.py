@@ -161,6 +161,7 @@ class World:
         self.values_proposed = 0
         self.trace: deque[tuple[object, ...]] = deque(maxlen=TRACE_LINES)
         self.stats: Counter[str] = Counter()  # faults injected and rare paths taken
+        self.notices: list[tuple[NodeId, str]] = []  # what the cores asked an operator to read
         self.disk_epoch = 0  # bumped whenever any simulated disk changes
         self._checked: tuple[int, EntryId | None] = (-1, None)
         for node in self.nodes.values():
@@ -296,6 +297,9 @@ class World:
     def _perform(self, node: SimNode, fx: Effects) -> None:
         core = node.core
         assert core is not None
+        for notice in fx.notices:
+            self.notices.append((node.id, notice))
+            self._trace(node.id, "notice:", notice)
         for env in fx.send_now:
             self.net.send(node.id, env.to, env.message, self.now)
         if fx.persist is not None:

@@ -1,0 +1,433 @@
+"""A DLedger client for trio: finds the leader, follows NOT_LEADER redirects, retries within a
+deadline, and pipelines many concurrent calls over one connection per server.
+
+Outcomes follow Jepsen's three: an append returns its index (it happened), raises
+`AppendFailed` (it surely did not happen), or raises `OutcomeUnknown` (it may have happened:
+the request was sent and the answer lost, or the server said so). Only the first two are
+retried automatically; retrying an unknown outcome could store a value twice, so that is the
+caller's decision.
+
+    async with open_client(parse_peers("n0-127.0.0.1:40911;...")) as client:
+        index = await client.append(b"hello")
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from dledger import limits
+from dledger.config import Address
+from dledger.wire import Code, FrameError, FrameReader, Status, encode_frame
+
+log = logging.getLogger("dledger.client")
+
+RETRY_SLEEP_S_MIN = 0.002  # after a refusal with no leader known: elections take milliseconds
+RETRY_SLEEP_S_MAX = 0.02  # a client waiting out an election asks again at least this often
+CONNECT_TIMEOUT_S = 1.0
+DEFAULT_TIMEOUT_S = 5.0
+RECEIVE_BYTES = 256 * limits.KiB
+
+# Statuses after which nothing was stored: safe to retry, elsewhere or later.
+RETRYABLE = {
+    Status.NOT_LEADER,
+    Status.BUSY,
+    Status.TRANSFERRING,
+    Status.NOT_COMMITTED,
+    Status.SHUTTING_DOWN,
+}
+
+
+class ClientError(Exception):
+    """Base of the errors a DLedgerClient raises on purpose."""
+
+
+@attrs.define
+class AppendFailed(ClientError):
+    """The append surely did not happen."""
+
+    status: Status
+    message: str
+
+    def __str__(self) -> str:
+        return f"append failed ({self.status.name}): {self.message}"
+
+
+@attrs.define
+class OutcomeUnknown(ClientError):
+    """The append may or may not have happened."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return f"outcome unknown: {self.reason}"
+
+
+@attrs.define
+class RequestFailed(ClientError):
+    status: Status
+    message: str
+    fields: dict[str, Any] = attrs.field(factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.status.name}: {self.message}"
+
+
+class ConnectionLost(ClientError):
+    """The connection closed while a request was out."""
+
+
+@attrs.frozen
+class Entry:
+    index: int
+    term: int
+    kind: int
+    position: int
+    body: bytes
+
+
+@attrs.frozen
+class Reply:
+    status: Status
+    message: str
+    fields: dict[str, Any]
+
+
+class _Call:
+    __slots__ = ("done", "error", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: Reply | None = None
+        self.error: str | None = None
+
+
+class Connection:
+    """One pipelined connection to one server."""
+
+    def __init__(self, node: str, stream: trio.SocketStream) -> None:
+        self.node = node
+        self.stream = stream
+        self.closed = False
+        self._ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+        self._out: list[bytes] = []
+        self._wake = trio.Event()
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write, nursery.cancel_scope)
+                await self._read()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._close("connection closed")
+
+    async def _read(self) -> None:
+        reader = FrameReader()
+        try:
+            while True:
+                data = await self.stream.receive_some(RECEIVE_BYTES)
+                if not data:
+                    return
+                reader.feed(data)
+                for frame in reader.frames():
+                    call = self._calls.pop(frame.get("id", -1), None)
+                    if call is None:
+                        if frame.get("id") == 0:
+                            log.warning(
+                                "server %s refused the connection: %s", self.node, frame.get("msg")
+                            )
+                        continue
+                    fields = {
+                        k: v for k, v in frame.items() if k not in ("c", "id", "status", "msg")
+                    }
+                    call.reply = Reply(Status(frame["status"]), str(frame.get("msg", "")), fields)
+                    call.done.set()
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            OSError,
+            FrameError,
+            ValueError,
+        ) as err:
+            log.debug("reading from %s failed: %s", self.node, err)
+
+    async def _write(self, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                while not self._out:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                out, self._out = self._out, []
+                await self.stream.send_all(out[0] if len(out) == 1 else b"".join(out))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
+            log.debug("writing to %s failed: %s", self.node, err)
+            scope.cancel()
+
+    def _close(self, why: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for call in self._calls.values():
+            call.error = why
+            call.done.set()
+        self._calls.clear()
+
+    async def request(self, code: Code, **fields: Any) -> Reply:
+        """Send one request and wait for its reply; ConnectionLost if the connection goes first
+        (the request may have been received)."""
+        if self.closed:
+            raise ConnectionLost(f"connection to {self.node} is closed")
+        request_id = next(self._ids)
+        call = _Call()
+        self._calls[request_id] = call
+        self._out.append(encode_frame({"c": int(code), "id": request_id, **fields}))
+        self._wake.set()
+        await call.done.wait()
+        if call.reply is None:
+            raise ConnectionLost(f"{self.node}: {call.error}")
+        return call.reply
+
+    async def aclose(self) -> None:
+        self._close("closed by the client")
+        await self.stream.aclose()
+
+
+@asynccontextmanager
+async def open_client(
+    peers: dict[str, Address], *, rng: random.Random | None = None
+) -> AsyncIterator[DLedgerClient]:
+    """A client whose connections live in a nursery of its own, closed on the way out."""
+    async with trio.open_nursery() as nursery:
+        client = DLedgerClient(peers, nursery, rng=rng)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+            nursery.cancel_scope.cancel()
+
+
+class DLedgerClient:
+    def __init__(
+        self, peers: dict[str, Address], nursery: trio.Nursery, *, rng: random.Random | None = None
+    ) -> None:
+        """`nursery` owns each connection's reader and writer tasks (trio-websocket's way)."""
+        if not peers:
+            raise ValueError("a client needs at least one server")
+        self.peers = dict(peers)
+        self._nursery = nursery
+        self._rng = rng or random.Random()
+        self._leader: str | None = None
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, trio.Event] = {}
+
+    async def aclose(self) -> None:
+        for connection in list(self._connections.values()):
+            with trio.CancelScope(shield=True):
+                await connection.aclose()
+        self._connections.clear()
+
+    @property
+    def leader(self) -> str | None:
+        """The server this client last found leading (a hint)."""
+        return self._leader
+
+    # --- connections ---------------------------------------------------------------------------
+
+    async def connection(self, node: str) -> Connection:
+        existing = self._connections.get(node)
+        if existing is not None and not existing.closed:
+            return existing
+        pending = self._connecting.get(node)
+        if pending is not None:  # another task is connecting: wait for it
+            await pending.wait()
+            existing = self._connections.get(node)
+            if existing is not None and not existing.closed:
+                return existing
+            raise ConnectionLost(f"cannot connect to {node}")
+        self._connecting[node] = event = trio.Event()
+        try:
+            address = self.peers[node]
+            try:
+                with trio.fail_after(CONNECT_TIMEOUT_S):
+                    stream = await trio.open_tcp_stream(address.host, address.port)
+            except (OSError, trio.TooSlowError) as err:
+                raise ConnectionLost(f"cannot connect to {node} at {address}: {err}") from err
+            connection = Connection(node, stream)
+            self._connections[node] = connection
+            self._nursery.start_soon(connection.run)
+            return connection
+        finally:
+            del self._connecting[node]
+            event.set()
+
+    def _candidates(self) -> list[str]:
+        """Servers to try: the known leader first, then the rest in random order."""
+        others = [p for p in self.peers if p != self._leader]
+        self._rng.shuffle(others)
+        return ([self._leader] if self._leader in self.peers else []) + others
+
+    def _follow_hint(self, fields: dict[str, Any]) -> bool:
+        leader = fields.get("leader")
+        if isinstance(leader, str) and leader in self.peers:
+            changed = leader != self._leader
+            self._leader = leader
+            return changed
+        return False
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def append(
+        self, bodies: bytes | Sequence[bytes], *, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> int:
+        """Append one body or several (stored consecutively, all or none); returns the index of
+        the last one once it is committed."""
+        batch = [bodies] if isinstance(bodies, bytes) else list(bodies)
+        reply = await self._to_leader(
+            Code.APPEND, {"bodies": batch}, timeout=timeout, unknown_is_final=True
+        )
+        return int(reply.fields["index"])
+
+    async def transfer(self, target: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        await self._to_leader(
+            Code.TRANSFER, {"target": target}, timeout=timeout, unknown_is_final=False
+        )
+
+    async def _to_leader(
+        self, code: Code, fields: dict[str, Any], *, timeout: float, unknown_is_final: bool
+    ) -> Reply:
+        deadline = trio.current_time() + timeout
+        sleep_s = RETRY_SLEEP_S_MIN
+        last_problem = "no server answered"
+        while True:
+            for node in self._candidates():
+                if trio.current_time() >= deadline:
+                    raise self._timeout_error(code, last_problem, unknown_is_final)
+                try:
+                    connection = await self.connection(node)
+                except ConnectionLost as err:
+                    last_problem = str(err)
+                    if self._leader == node:
+                        self._leader = None
+                    continue
+                if connection.closed:
+                    continue
+                sent = False
+                try:
+                    with trio.move_on_at(deadline) as scope:
+                        sent = True  # from here the server may have it
+                        reply = await connection.request(code, **fields)
+                    if scope.cancelled_caught:
+                        raise self._timeout_error(
+                            code, f"no answer from {node} in time", unknown_is_final
+                        )
+                except ConnectionLost as err:
+                    if self._leader == node:
+                        self._leader = None
+                    if sent and unknown_is_final:
+                        raise OutcomeUnknown(
+                            f"connection to {node} lost with the request out: {err}"
+                        ) from err
+                    last_problem = str(err)
+                    continue
+                if reply.status is Status.OK:
+                    self._leader = node
+                    return reply
+                if reply.status is Status.OUTCOME_UNKNOWN and unknown_is_final:
+                    raise OutcomeUnknown(f"{node}: {reply.message}")
+                if reply.status not in RETRYABLE:
+                    if code is Code.APPEND:
+                        raise AppendFailed(reply.status, reply.message)
+                    raise RequestFailed(reply.status, reply.message, reply.fields)
+                last_problem = f"{node}: {reply.status.name} {reply.message}"
+                if reply.status is Status.NOT_LEADER and self._follow_hint(reply.fields):
+                    break  # go to the hinted leader now
+                if self._leader == node:
+                    self._leader = None
+            else:
+                await trio.sleep(min(sleep_s, max(0.0, deadline - trio.current_time())))
+                sleep_s = min(2 * sleep_s, RETRY_SLEEP_S_MAX)
+
+    def _timeout_error(self, code: Code, problem: str, unknown_is_final: bool) -> ClientError:
+        if code is Code.APPEND and unknown_is_final:
+            return OutcomeUnknown(f"deadline passed ({problem})")
+        return RequestFailed(Status.OUTCOME_UNKNOWN, f"deadline passed ({problem})")
+
+    async def request(
+        self, node: str, code: Code, *, timeout: float = DEFAULT_TIMEOUT_S, **fields: Any
+    ) -> Reply:
+        """One request to one named server, no retries."""
+        with trio.fail_after(timeout):
+            connection = await self.connection(node)
+            return await connection.request(code, **fields)
+
+    async def status(self, node: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+        reply = await self.request(node, Code.STATUS, timeout=timeout)
+        if reply.status is not Status.OK:
+            raise RequestFailed(reply.status, reply.message, reply.fields)
+        return reply.fields
+
+    async def get(
+        self,
+        index: int,
+        count: int = 1,
+        *,
+        node: str | None = None,
+        committed: bool = True,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> list[Entry]:
+        """Entries from `index` on (at most `count`), from `node` or the leader; committed ones
+        only unless `committed=False`. RequestFailed names COMPACTED or INDEX_OUT_OF_RANGE."""
+        fields = {"index": index, "count": count, "committed": committed}
+        if node is None:
+            reply = await self._to_leader(Code.GET, fields, timeout=timeout, unknown_is_final=False)
+        else:
+            reply = await self.request(node, Code.GET, timeout=timeout, **fields)
+            if reply.status is not Status.OK:
+                raise RequestFailed(reply.status, reply.message, reply.fields)
+        return [Entry(*row) for row in reply.fields["entries"]]
+
+    async def read_log(
+        self, node: str, *, first: int = 1, last: int | None = None, timeout: float = 30.0
+    ) -> list[Entry]:
+        """Every committed entry `node` holds from `first` (or its first retained index) to
+        `last` (default: its commit index), in pages."""
+        status = await self.status(node, timeout=timeout)
+        last = status["commit_index"] if last is None else last
+        index = max(first, status["first_index"])
+        entries: list[Entry] = []
+        with trio.fail_after(timeout):
+            while index <= last:
+                page = await self.get(
+                    index, min(limits.GET_BATCH_ENTRIES_MAX, last - index + 1), node=node
+                )
+                if not page:
+                    break
+                entries.extend(page)
+                index = page[-1].index + 1
+        return entries
+
+    async def find_leader(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> str | None:
+        """Ask the servers who leads; None if none knows before the deadline."""
+        with trio.move_on_after(timeout):
+            while True:
+                for node in self._candidates():
+                    try:
+                        status = await self.status(node, timeout=CONNECT_TIMEOUT_S)
+                    except (ClientError, trio.TooSlowError):
+                        continue
+                    if status.get("role") == "leader":
+                        self._leader = node
+                        return node
+                    if self._follow_hint(status):
+                        break
+                await trio.sleep(RETRY_SLEEP_S_MAX)
+        return None

@@ -1,0 +1,564 @@
+"""`Node`: the Raft core, the disk log and the peer links, driven by trio.
+
+The node is the one place where effects become I/O, always in the order the core's contract
+asks (dledger/raft/events.py): send, write the hard state durably, change the log, hold
+promises until the log is durable, report durability back, apply. One task, the raft loop,
+steps the core; everything else (peer and client connections, the ticker, the flusher) hands
+it events through a bounded inbox, so steps never interleave and the only await inside one is
+the rare hard-state fsync.
+
+Tasks, all in the nursery `run` opens: the listener (connections: service.py), the raft loop,
+the ticker, the flusher (group commit, dledger/log/flusher.py), the applier, the peer links
+(transport.py) and a maintenance loop (checkpoint, retention, expired appends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import zlib
+from array import array
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import partial
+from typing import Any, Protocol
+
+import trio
+
+from dledger import limits
+from dledger.appends import AppendWaiters, PendingAppend, Waiter
+from dledger.config import NodeConfig
+from dledger.log.flusher import Flusher
+from dledger.log.layout import StorePaths
+from dledger.log.state_file import HARDSTATE_MAGIC, read_state_file, write_state_file
+from dledger.log.store import FlushPolicy, LogStore
+from dledger.raft.core import RaftCore
+from dledger.raft.entries import EntryBatch, EntryId
+from dledger.raft.events import (
+    Effects,
+    Event,
+    HardState,
+    PeerDisconnected,
+    Persisted,
+    Propose,
+    Proposed,
+    Refusal,
+    Refused,
+    Result,
+    Role,
+    RoleState,
+    Tick,
+)
+from dledger.raft.membership import ConfigEntry, Membership
+from dledger.raft.messages import Envelope, Message
+from dledger.transport import PeerLinks
+from dledger.wire import Status
+
+log = logging.getLogger("dledger.node")
+
+INBOX_EVENTS_MAX = 4096  # events waiting for the raft loop; beyond it, senders wait
+DRAIN_EVENTS_MAX = 512  # events one raft-loop wake-up handles before proposing
+APPLY_BATCH_ENTRIES_MAX = 4096
+MAINTENANCE_INTERVAL_S = 0.25
+RETENTION_INTERVAL_S = 60.0
+
+REFUSAL_STATUS = {
+    Refusal.NOT_LEADER: Status.NOT_LEADER,
+    Refusal.TRANSFERRING: Status.TRANSFERRING,
+    Refusal.BUSY: Status.BUSY,
+    Refusal.CONFIG_PENDING: Status.BUSY,
+    Refusal.BAD_REQUEST: Status.BAD_REQUEST,
+}
+
+
+class StateMachine(Protocol):
+    """What the broker plugs in: committed entries, in order, exactly once per run (after a
+    restart, from the checkpoint's applied index on)."""
+
+    def apply(self, batch: EntryBatch) -> None: ...
+
+
+class NullStateMachine:
+    """dledger-server's: the log is the state."""
+
+    def apply(self, batch: EntryBatch) -> None:
+        pass
+
+
+class AppliedDigest:
+    """A fingerprint of what this run applied: CRC-32 streams over the terms, kinds, lengths and
+    bodies of the entries, each fed in order, so the result does not depend on how entries were
+    batched. Two replicas that applied the same entries from the same starting index report the
+    same digest; a replica that applied an entry later truncated away cannot."""
+
+    def __init__(self, from_index: int) -> None:
+        self.from_index = from_index
+        self._crcs = [0, 0, 0, 0]
+
+    def add(self, batch: EntryBatch) -> None:
+        c = self._crcs
+        c[0] = zlib.crc32(array("q", batch.terms).tobytes(), c[0])
+        c[1] = zlib.crc32(array("q", batch.kinds).tobytes(), c[1])
+        c[2] = zlib.crc32(array("q", map(len, batch.payloads)).tobytes(), c[2])
+        c[3] = zlib.crc32(b"".join(batch.payloads), c[3])
+
+    def hex(self) -> str:
+        return f"{self.from_index}:" + "".join(f"{c:08x}" for c in self._crcs)
+
+
+class _ProposeSignal:
+    """Inbox marker: client appends are waiting to be proposed."""
+
+
+PROPOSE = _ProposeSignal()
+
+
+class _Control:
+    """Inbox item: a control event and where its result goes."""
+
+    def __init__(self, event: Event) -> None:
+        self.event = event
+        self.done = trio.Event()
+        self.result: Result | None = None
+
+
+def load_hard_state(paths: StorePaths) -> HardState:
+    body = read_state_file(paths.root / "hardstate", HARDSTATE_MAGIC)
+    if body is None:
+        return HardState()
+    configs = tuple(ConfigEntry.from_state(row) for row in body.get("configs", ()))
+    return HardState(term=int(body["term"]), vote=body.get("vote"), configs=configs)
+
+
+def save_hard_state(paths: StorePaths, hs: HardState) -> None:
+    """Atomic and fsynced (state_file): runs in a worker thread."""
+    body = {"term": hs.term, "vote": hs.vote, "configs": [c.to_state() for c in hs.configs]}
+    write_state_file(paths.root / "hardstate", HARDSTATE_MAGIC, body)
+
+
+class Node:
+    def __init__(
+        self,
+        config: NodeConfig,
+        store: LogStore,
+        state_machine: StateMachine | None = None,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.state_machine = state_machine or NullStateMachine()
+        self.paths = StorePaths(config.store_dir)
+        self.sync_flush = config.flush is FlushPolicy.SYNC_FLUSH
+        checkpoint = store.read_checkpoint()
+        self.core = RaftCore(
+            config.self_id,
+            config.raft,
+            store,
+            load_hard_state(self.paths),
+            initial_membership=Membership(frozenset(config.peers)),
+            rng=rng or random.Random(),
+            commit_index=checkpoint.commit_index,
+        )
+        self.applied_index = max(
+            min(checkpoint.applied_index, store.last_index), store.first_index - 1
+        )
+        self.applied_digest = AppliedDigest(self.applied_index)
+        self.role = RoleState(self.core.role, self.core.term, self.core.leader)
+        self._inbox_send, self._inbox = trio.open_memory_channel[Any](INBOX_EVENTS_MAX)
+        self._flusher = Flusher(store, on_durable=self._on_durable)
+        self.links = PeerLinks(
+            group=config.group,
+            self_id=config.self_id,
+            peers=config.peers,
+            segment_bytes=store.config.segment_bytes,
+            on_disconnect=self.peer_disconnected,
+        )
+        self._held: list[tuple[int, Envelope]] = []  # promises waiting for the disk
+        self._pending: list[PendingAppend] = []  # appends not yet proposed
+        self._pending_entries = 0
+        self._propose_signalled = False
+        self._waiters = AppendWaiters()
+        self._apply_wake = trio.Event()
+        self._role_listeners: list[Callable[[RoleState], None]] = []
+        self._role_changed = trio.Event()
+        self._late_persisted: EntryId | None = None  # a durability report the full inbox refused
+        self.started = trio.Event()
+        self.stopping = False
+
+    # --- what other tasks call ------------------------------------------------------------------
+
+    def on_role_change(self, listener: Callable[[RoleState], None]) -> None:
+        """`listener(RoleState)` runs on every change of role, term or leader (the broker
+        re-registers with the name server from here)."""
+        self._role_listeners.append(listener)
+
+    async def wait_role_change(self) -> RoleState:
+        await self._role_changed.wait()
+        return self.role
+
+    async def deliver(self, message: Message) -> None:
+        await self._inbox_send.send(message)
+
+    def peer_disconnected(self, peer: str) -> None:
+        # a full inbox is a busy node: the election timeout still covers a lost report
+        with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError):
+            self._inbox_send.send_nowait(PeerDisconnected(peer))
+
+    def submit_append(self, bodies: Sequence[bytes], reply: Callable[..., None]) -> None:
+        """Queue an append; `reply(status, message, fields)` answers it exactly once."""
+        deadline = trio.current_time() + self.config.append_timeout_ms / 1000
+        self._pending.append(PendingAppend(bodies, reply, deadline))
+        self._pending_entries += len(bodies)
+        if not self._propose_signalled:
+            self._propose_signalled = True
+            # when the inbox is full the raft loop is busy, and it proposes after its batch anyway
+            with contextlib.suppress(trio.WouldBlock):
+                self._inbox_send.send_nowait(PROPOSE)
+
+    async def step(self, event: Event) -> Result | None:
+        """Feed one control event (TransferLeadership, ChangeMembership) through the raft
+        loop and return its result."""
+        request = _Control(event)
+        await self._inbox_send.send(request)
+        await request.done.wait()
+        return request.result
+
+    # --- running ---------------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        from dledger.service import Service  # service imports node types
+
+        service = Service(self)
+        listen = self.config.listen
+        log.info(
+            "node %s of group %s starting: %d peers, store %s, %s, last index %d, commit %d",
+            self.config.self_id,
+            self.config.group,
+            len(self.config.peers),
+            self.config.store_dir,
+            self.config.flush.value,
+            self.store.last_index,
+            self.core.commit_index,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                serve = partial(
+                    trio.serve_tcp, service.handle_connection, listen.port, host=listen.host
+                )
+                listeners = await nursery.start(serve)
+                await nursery.start(self._flusher.run)
+                nursery.start_soon(self._raft_loop)
+                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._applier)
+                nursery.start_soon(self.links.run)
+                nursery.start_soon(self._maintenance)
+                self.started.set()
+                task_status.started(listeners)
+        finally:
+            self.stopping = True
+            self._waiters.fail_all(Status.SHUTTING_DOWN, "the node is shutting down")
+            for pending in self._pending:
+                pending.reply(Status.SHUTTING_DOWN, "the node is shutting down", {})
+            self._pending.clear()
+
+    async def _raft_loop(self) -> None:
+        inbox = self._inbox
+        while True:
+            event = await inbox.receive()
+            await self._handle(event)
+            for _ in range(DRAIN_EVENTS_MAX):
+                try:
+                    event = inbox.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                await self._handle(event)
+            if self._pending:
+                await self._propose_pending()
+
+    async def _handle(self, event: object) -> None:
+        if event is PROPOSE:
+            return  # proposing happens after the drain, for everything queued by then
+        if isinstance(event, _Control):
+            fx = self.core.step(event.event)
+            await self._perform(fx)
+            event.result = fx.result
+            event.done.set()
+            return
+        await self._perform(self.core.step(event))  # type: ignore[arg-type]
+
+    async def _propose_pending(self) -> None:
+        """Propose every queued append as one batch (group commit): one log write, one
+        AppendEntries per follower, one fsync, however many clients asked."""
+        while self._pending:
+            self._propose_signalled = False
+            take = entries = 0
+            for pending in self._pending:
+                if entries and entries + len(pending.bodies) > limits.PROPOSAL_ENTRIES_MAX:
+                    break
+                entries += len(pending.bodies)
+                take += 1
+            batch = self._pending[:take]
+            del self._pending[:take]
+            self._pending_entries -= entries
+            payloads: list[bytes] = []
+            for pending in batch:
+                payloads.extend(pending.bodies)
+            fx = self.core.step(Propose(payloads))
+            result = fx.result
+            if isinstance(result, Proposed):
+                index = result.first - 1
+                for pending in batch:
+                    index += len(pending.bodies)
+                    count = len(pending.bodies)
+                    self._waiters.add(
+                        Waiter(index, result.term, count, pending.reply, pending.deadline)
+                    )
+            else:
+                assert isinstance(result, Refused), result
+                status = REFUSAL_STATUS[result.refusal]
+                message = result.refusal.value + (f": {result.detail}" if result.detail else "")
+                fields = self.leader_hint(result.leader)
+                for pending in batch:
+                    pending.reply(status, message, fields)
+            await self._perform(fx)
+
+    # --- effects --------------------------------------------------------------------------------
+
+    async def _perform(self, fx: Effects) -> None:
+        for notice in fx.notices:
+            log.warning("%s", notice)
+        offer = self.links.offer
+        for envelope in fx.send_now:
+            offer(envelope)
+        persist = fx.persist
+        if persist is not None:
+            if persist.hard_state is not None:
+                await trio.to_thread.run_sync(save_hard_state, self.paths, persist.hard_state)
+            store = self.store
+            cut = None
+            if persist.reset is not None:
+                store.reset(persist.reset)
+                cut = persist.reset.prev.index
+                log.warning(
+                    "log restarted at index %d: this replica was behind the leader's first "
+                    "retained entry, so entries up to %d were skipped (DLedger's way)",
+                    cut + 1,
+                    cut,
+                )
+            if persist.truncate_after is not None:
+                store.truncate_after(persist.truncate_after)
+                cut = persist.truncate_after
+                log.info("truncated the log after index %d (conflict with the leader)", cut)
+            if cut is not None and self._held:
+                self._held = [(s, e) for s, e in self._held if s <= cut]
+            if persist.append is not None:
+                store.append(persist.append)
+            self._flusher.notify()
+            if not self.sync_flush and persist.append is not None:
+                self._report_durable(store.last_index)  # ASYNC_FLUSH: written counts as kept
+        if fx.send_after_persist:
+            durable = self._raft_durable_index()
+            if fx.sync_through <= durable:
+                for envelope in fx.send_after_persist:
+                    offer(envelope)
+            else:
+                self._held.extend((fx.sync_through, e) for e in fx.send_after_persist)
+        if fx.commit_index is not None:
+            self._waiters.commit(fx.commit_index, self._committed_term)
+            self._apply_wake.set()
+        if fx.role is not None:
+            self._role_changed_to(fx.role)
+
+    def _raft_durable_index(self) -> int:
+        """Durable as far as promises go: fsynced under SYNC_FLUSH, written under ASYNC."""
+        return self.store.durable_index if self.sync_flush else self.store.last_index
+
+    def _committed_term(self, index: int) -> int | None:
+        if index < self.store.first_index or index > self.store.last_index:
+            return None
+        return self.store.term_at(index)
+
+    def _on_durable(self, durable: int) -> None:
+        """The flusher made the log durable through `durable` (SYNC_FLUSH path)."""
+        if self.sync_flush:
+            self._report_durable(durable)
+        self._apply_wake.set()
+
+    def _report_durable(self, durable: int) -> None:
+        if durable < self.store.first_index:
+            return
+        if self._held:
+            keep = []
+            for sync_through, envelope in self._held:
+                if sync_through <= durable:
+                    self.links.offer(envelope)
+                else:
+                    keep.append((sync_through, envelope))
+            self._held = keep
+        through = EntryId(durable, self.store.term_at(durable))
+        try:
+            self._inbox_send.send_nowait(Persisted(through))
+        except trio.WouldBlock:
+            self._late_persisted = through  # delivered by the maintenance loop
+
+    def _role_changed_to(self, role: RoleState) -> None:
+        old = self.role
+        self.role = role
+        if role.role is not old.role or role.leader != old.leader:
+            log.info(
+                "%s is now %s in term %d (leader %s)",
+                self.config.self_id,
+                role.role.value,
+                role.term,
+                role.leader,
+            )
+        for listener in self._role_listeners:
+            listener(role)
+        self._role_changed.set()
+        self._role_changed = trio.Event()
+
+    # --- clocks and background work --------------------------------------------------------
+
+    async def _ticker(self) -> None:
+        """One Tick per period. A stalled loop gets no burst of ticks afterwards: time slows
+        down instead, so a pause never turns into a spurious election by itself."""
+        period = self.config.tick_ms / 1000
+        next_at = trio.current_time()
+        while True:
+            next_at += period
+            await trio.sleep_until(next_at)
+            now = trio.current_time()
+            if now - next_at > period:
+                next_at = now
+            await self._inbox_send.send(Tick())
+
+    async def _applier(self) -> None:
+        store = self.store
+        while True:
+            target = min(self.core.commit_index, self._raft_durable_index())
+            if self.applied_index >= target:
+                await self._apply_wake.wait()
+                self._apply_wake = trio.Event()
+                continue
+            if self.applied_index < store.first_index - 1:
+                log.warning(
+                    "skipping apply to %d: entries before it are not stored here",
+                    store.first_index - 1,
+                )
+                self.applied_index = store.first_index - 1
+                continue
+            hi = min(target, self.applied_index + APPLY_BATCH_ENTRIES_MAX)
+            batch = store.read(self.applied_index + 1, hi, limits.APPEND_BATCH_BYTES_MAX * 4)
+            self.state_machine.apply(batch)
+            self.applied_digest.add(batch)
+            self.applied_index = batch.last_index
+            await trio.lowlevel.checkpoint()
+
+    async def _maintenance(self) -> None:
+        last_checkpoint = last_retention = trio.current_time()
+        written = (-1, -1)
+        while True:
+            await trio.sleep(MAINTENANCE_INTERVAL_S)
+            now = trio.current_time()
+            if self._late_persisted is not None:
+                through, self._late_persisted = self._late_persisted, None
+                await self._inbox_send.send(Persisted(through))
+            self._waiters.expire(now)
+            self._expire_pending(now)
+            if now - last_checkpoint >= self.config.checkpoint_interval_ms / 1000:
+                last_checkpoint = now
+                commit = min(self.core.commit_index, self._raft_durable_index())
+                if (commit, self.applied_index) != written:
+                    written = (commit, self.applied_index)
+                    await trio.to_thread.run_sync(
+                        self.store.write_checkpoint, commit, self.applied_index
+                    )
+            if now - last_retention >= RETENTION_INTERVAL_S:
+                last_retention = now
+                self._retain()
+
+    def _expire_pending(self, now: float) -> None:
+        if self._pending and self._pending[0].deadline <= now:
+            keep = []
+            for pending in self._pending:
+                if pending.deadline <= now:
+                    pending.reply(Status.OUTCOME_UNKNOWN, "not proposed before the deadline", {})
+                    self._pending_entries -= len(pending.bodies)
+                else:
+                    keep.append(pending)
+            self._pending = keep
+
+    def _retain(self) -> None:
+        """Delete old segments, never past what is applied here or, on a leader, past what a
+        live follower still needs."""
+        keep_from = self.applied_index + 1
+        status = self.core.status()
+        for peer, progress in status.peers.items():
+            if self.links.stats[peer].connected:
+                keep_from = min(keep_from, progress.match + 1)
+        deleted = self.store.delete_expired(
+            now=datetime.now(),
+            keep_from_index=keep_from,
+            file_reserved_hours=self.config.file_reserved_hours,
+            delete_when_hour=self.config.delete_when_hour,
+            disk_max_used_ratio=self.config.disk_max_used_ratio,
+        )
+        if deleted:
+            log.info(
+                "retention deleted %s; first index is now %d",
+                ", ".join(deleted),
+                self.store.first_index,
+            )
+
+    # --- reading state ---------------------------------------------------------------------------
+
+    def leader_hint(self, leader: str | None) -> dict[str, object]:
+        if leader is None or leader not in self.config.peers:
+            return {}
+        return {"leader": leader, "leader_addr": str(self.config.peers[leader])}
+
+    def status(self) -> dict[str, object]:
+        core = self.core.status()
+        peers = {}
+        for peer in self.config.peers:
+            if peer == self.config.self_id:
+                continue
+            p = core.peers.get(peer)
+            link = self.links.stats[peer]
+            peers[peer] = {
+                "connected": link.connected,
+                "match_index": p.match if p else None,
+                "next_index": p.next if p else None,
+                "state": p.state if p else None,
+                "lag": (core.last_index - p.match) if p else None,
+                "dropped": link.dropped,
+            }
+        return {
+            "group": self.config.group,
+            "node": self.config.self_id,
+            "role": core.role.value,
+            "term": core.term,
+            "leader": core.leader,
+            **self.leader_hint(core.leader),
+            "first_index": core.first_index,
+            "last_index": core.last_index,
+            "commit_index": core.commit_index,
+            "applied_index": self.applied_index,
+            "applied_digest": self.applied_digest.hex(),
+            "durable_index": self.store.durable_index,
+            "flush": self.config.flush.value,
+            "voters": sorted(core.membership.voters),
+            "learners": sorted(core.membership.learners),
+            "transfer_target": core.transfer_target,
+            "pending_appends": self._pending_entries,
+            "waiting_appends": len(self._waiters),
+            "peers": peers,
+        }
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.role is Role.LEADER
