@@ -55,6 +55,9 @@ class PeerLinks:
         queue_frames_max: int = limits.PEER_SEND_QUEUE_FRAMES_MAX,
     ) -> None:
         self._hello = {"group": group, "from": self_id, "segment_bytes": segment_bytes}
+        # Connect from our own address, so that a replica is one host to the network (chaos
+        # partitions 127.0.0.x aliases by address), not whatever the kernel picks.
+        self._local_address = peers[self_id].host if self_id in peers else None
         self._peers = {p: a for p, a in peers.items() if p != self_id}
         self._on_disconnect = on_disconnect
         self._queues: dict[str, deque[Envelope]] = {
@@ -84,7 +87,9 @@ class PeerLinks:
         while True:
             try:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(address.host, address.port)
+                    stream = await trio.open_tcp_stream(
+                        address.host, address.port, local_address=self._local_address
+                    )
             except (OSError, trio.TooSlowError):
                 await trio.sleep(backoff_ms / 1000)
                 backoff_ms = min(2 * backoff_ms, RECONNECT_MS_MAX)
