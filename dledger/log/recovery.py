@@ -22,6 +22,9 @@ Then the store refuses to open with CorruptEntry naming the file, position and r
 
 from __future__ import annotations
 
+import mmap
+from binascii import crc32
+
 import attrs
 
 from dledger import limits
@@ -29,6 +32,11 @@ from dledger.log.entry import (
     BLANK_BYTES_MIN,
     BLANK_MAGIC,
     END_MAGIC,
+    ENTRY_BYTES_MAX,
+    ENTRY_MAGIC,
+    HEADER,
+    HEADER_CRC_BYTES,
+    KINDS,
     MAGIC,
     blank_defect,
     check,
@@ -175,53 +183,94 @@ def _walk(
     index records rewritten)."""
     seg_bytes = segments.segment_bytes
     checked = rebuilt = 0
-    file = None
-    reason: str | None
     while True:
         base = position - position % seg_bytes
-        offset = position - base
         if base not in segments:
             return _End(position, next_index, None), prev_term, checked, rebuilt
         mm = segments.get(base).mm
-        room = seg_bytes - offset
-        if room < limits.ENTRY_HEADER_BYTES:  # only a blank record or zeros fit here
-            if not mm[offset:seg_bytes].rstrip(b"\0"):
-                return _End(position, next_index, None), prev_term, checked, rebuilt
-            reason = f"{room} bytes before the segment end hold no valid record"
-            if room >= BLANK_BYTES_MIN and MAGIC.unpack_from(mm, offset)[0] == BLANK_MAGIC:
-                reason = blank_defect(mm, offset, room) or ""
-                if not reason:
-                    position = base + seg_bytes
-                    continue
-            return _End(position, next_index, reason), prev_term, checked, rebuilt
-        magic = MAGIC.unpack_from(mm, offset)[0]
-        if magic == END_MAGIC:
-            return _End(position, next_index, None), prev_term, checked, rebuilt
-        if magic == BLANK_MAGIC:
-            reason = blank_defect(mm, offset, room)
-            if reason is not None:
-                return _End(position, next_index, reason), prev_term, checked, rebuilt
-            position = base + seg_bytes
-            continue
-        reason, header = check(mm, offset, position=position, index=next_index, room=room)
-        if reason is None:
-            assert header is not None
-            if header.term < prev_term:
-                reason = f"term {header.term} is below the previous entry's term {prev_term}"
-        if reason is not None:
-            return _End(position, next_index, reason), prev_term, checked, rebuilt
-        assert header is not None
-        if file is None or next_index > file.last:
-            file, _ = index.get_or_create(next_index)
-        slot = file.offset(next_index)
-        record = RECORD.pack(position, next_index, header.term, header.size, header.kind, 0)
-        if file.mm[slot : slot + RECORD.size] != record:
-            file.mm[slot : slot + RECORD.size] = record
+        offset, next_index, prev_term, n, r = _walk_valid(
+            mm, base, position - base, index, next_index, prev_term
+        )
+        checked += n
+        rebuilt += r
+        position = base + offset
+        end = _step_or_end(mm, base, offset, seg_bytes, next_index, prev_term)
+        if end is not None:
+            return end, prev_term, checked, rebuilt
+        position = base + seg_bytes  # a valid blank record, or the segment is full
+
+
+def _walk_valid(
+    mm: mmap.mmap, base: int, offset: int, index: IndexFiles, next_index: int, prev_term: int
+) -> tuple[int, int, int, int, int]:
+    """The walk's hot loop: entries of one segment from `offset` while each passes every
+    check (inlined: one unpack, two CRCs). Returns (offset of the first that does not, its
+    index, previous term, entries checked, index records rewritten)."""
+    seg_bytes = len(mm)
+    unpack_header, unpack_record = HEADER.unpack_from, RECORD.unpack_from
+    header_bytes, crc_bytes = limits.ENTRY_HEADER_BYTES, HEADER_CRC_BYTES
+    checked = rebuilt = 0
+    file_mm, file_first, file_last = mm, 0, -1  # file_last -1: replaced before first use
+    while seg_bytes - offset >= header_bytes:
+        magic, size, idx, term, pos, kind, reserved, body_crc, header_crc = unpack_header(
+            mm, offset
+        )
+        end = offset + size
+        if not (
+            magic == ENTRY_MAGIC
+            and idx == next_index
+            and pos == base + offset
+            and term > 0
+            and prev_term <= term
+            and header_bytes <= size <= ENTRY_BYTES_MAX
+            and (end <= seg_bytes - BLANK_BYTES_MIN or end == seg_bytes)
+            and kind in KINDS
+            and reserved == 0
+            and crc32(mm[offset : offset + crc_bytes]) == header_crc
+            and crc32(mm[offset + header_bytes : end]) == body_crc
+        ):
+            break
+        if idx > file_last:
+            file, _ = index.get_or_create(idx)
+            file_mm, file_first, file_last = file.mm, file.first, file.last
+        slot = (idx - file_first) * RECORD.size
+        record = (pos, idx, term, size, kind, 0)
+        if unpack_record(file_mm, slot) != record:
+            RECORD.pack_into(file_mm, slot, *record)
             rebuilt += 1
         checked += 1
-        position += header.size
+        offset = end
         next_index += 1
-        prev_term = header.term
+        prev_term = term
+    return offset, next_index, prev_term, checked, rebuilt
+
+
+def _step_or_end(
+    mm: mmap.mmap, base: int, offset: int, seg_bytes: int, next_index: int, prev_term: int
+) -> _End | None:
+    """At the first offset that is not a valid entry: None when the segment ends there
+    validly (a blank record, or exactly full), else where and why the walk ends."""
+    position = base + offset
+    room = seg_bytes - offset
+    if room == 0:
+        return None
+    if room < BLANK_BYTES_MIN or (
+        room < limits.ENTRY_HEADER_BYTES and MAGIC.unpack_from(mm, offset)[0] != BLANK_MAGIC
+    ):
+        if not mm[offset:seg_bytes].rstrip(b"\0"):
+            return _End(position, next_index, None)
+        return _End(position, next_index, f"{room} bytes before the segment end hold no record")
+    magic = MAGIC.unpack_from(mm, offset)[0]
+    if magic == END_MAGIC:
+        return _End(position, next_index, None)
+    if magic == BLANK_MAGIC:
+        reason = blank_defect(mm, offset, room)
+        return None if reason is None else _End(position, next_index, reason)
+    reason, header = check(mm, offset, position=position, index=next_index, room=room)
+    if reason is None:
+        assert header is not None and header.term < prev_term, (header, prev_term)
+        reason = f"term {header.term} is below the previous entry's term {prev_term}"
+    return _End(position, next_index, reason)
 
 
 def _corruption(

@@ -23,7 +23,9 @@ from dledger.log.layout import list_numbered, segment_label
 from dledger.log.open_files import OpenFiles
 
 ZERO_CHUNK_BYTES = 1 << 20  # zeroing and zero-scanning work in chunks of this size
-_ZEROS = memoryview(bytes(ZERO_CHUNK_BYTES))
+ZERO_PIECE_BYTES = 64 << 10  # a zero scan compares pieces of this size with zeros
+_ZERO_BYTES = bytes(ZERO_CHUNK_BYTES)
+_ZEROS = memoryview(_ZERO_BYTES)
 
 
 def entry_position(write_position: int, entry_bytes: int, segment_bytes: int) -> int:
@@ -70,12 +72,25 @@ def nonzero_end(fd: int, start: int, end: int) -> int:
         hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
         while data < hole:
             count = min(hole - data, ZERO_CHUNK_BYTES)
-            written = len(os.pread(fd, count, data).rstrip(b"\0"))
+            written = _written_length(os.pread(fd, count, data))
             if written:
                 last = data + written
             data += count
         position = hole
     return last
+
+
+def _written_length(chunk: bytes) -> int:
+    """Length of `chunk` up to its last non-zero byte. Comparing with zeros is a memcmp;
+    bytes.rstrip walks byte by byte, so it only runs on the last non-zero piece."""
+    zeros = _ZERO_BYTES
+    end = len(chunk)
+    while end:
+        piece = min(end, ZERO_PIECE_BYTES)
+        if chunk[end - piece : end] != zeros[:piece]:
+            return end - piece + len(chunk[end - piece : end].rstrip(b"\0"))
+        end -= piece
+    return 0
 
 
 class Segment:
