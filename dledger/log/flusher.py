@@ -13,8 +13,6 @@ append path never waits for a file to be created and preallocated.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Callable
 
 import trio
@@ -34,28 +32,28 @@ class Flusher:
         self._on_durable = on_durable
         self._wake = trio.Event()
         self._prepare_wake = trio.Event()
-        self._waiters: list[tuple[int, int, trio.Event]] = []  # heap of (index, tie, event)
-        self._tie = itertools.count()
+        self._flushed = trio.Event()  # set (and replaced) whenever durable_index rises
 
     def notify(self) -> None:
         """Something was appended or truncated: the flush task should look again."""
         self._wake.set()
-        if self.store.segment_prepare_due:
-            self._prepare_wake.set()
 
     async def wait_durable(self, index: int) -> int:
-        """Return once durable_index >= index (the entry is fsynced); returns durable_index."""
-        if self.store.durable_index >= index:
-            return self.store.durable_index
-        event = trio.Event()
-        heapq.heappush(self._waiters, (index, next(self._tie), event))
-        self.notify()
-        await event.wait()
-        return self.store.durable_index
+        """Return once durable_index >= index (the entry is fsynced); returns durable_index.
+
+        All waiters share one event per flush, so a flush wakes its whole cohort at once and
+        a waiter costs no allocation; one not yet covered simply waits for the next."""
+        store = self.store
+        while store.durable_index < index:
+            self._wake.set()
+            await self._flushed.wait()
+        return store.durable_index
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Flush and prepare segments until cancelled. A failed fsync raises out of here: the
         owner must stop, since after EIO the kernel may have dropped the dirty pages."""
+        if self.store.segment_prepare_due:
+            self._prepare_wake.set()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._prepare_segments)
             task_status.started()
@@ -87,15 +85,14 @@ class Flusher:
         with trio.CancelScope(shield=True):  # begun tickets always complete
             await trio.to_thread.run_sync(ticket.run)
             durable = store.complete_flush(ticket)
-        self._release(durable)
-        if durable > before and self._on_durable is not None:
-            self._on_durable(durable)
+        if durable > before:
+            self._flushed.set()
+            self._flushed = trio.Event()
+            if self._on_durable is not None:
+                self._on_durable(durable)
+        if store.segment_prepare_due:
+            self._prepare_wake.set()
         return durable
-
-    def _release(self, durable: int) -> None:
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= durable:
-            heapq.heappop(waiters)[2].set()
 
     async def _prepare_segments(self) -> None:
         while True:

@@ -276,9 +276,20 @@ class LogStore:
         """
         assert not self._closed
         assert batch.first_index == self._last_index + 1, (batch.first_index, self._last_index)
-        if not len(batch):
+        payloads = batch.payloads
+        if len(payloads) == 1:  # the common small case, without building lists
+            length = len(payloads[0])
+            if length > self.body_bytes_max:
+                raise EntryTooLarge(length, self.body_bytes_max)
+            term = batch.terms[0]
+            assert self._last_term <= term, (self._last_term, term)
+            self._writer.append(batch, [limits.ENTRY_HEADER_BYTES + length])
+            self._last_index = batch.first_index
+            self._last_term = term
             return self._last_index
-        lengths = list(map(len, batch.payloads))
+        if not payloads:
+            return self._last_index
+        lengths = list(map(len, payloads))
         longest = max(lengths)
         if longest > self.body_bytes_max:
             raise EntryTooLarge(longest, self.body_bytes_max)
