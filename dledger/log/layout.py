@@ -10,9 +10,13 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 import attrs
+
+from dledger.log.errors import StoreLocked
 
 STORE_DIR = "dledger"
 DATA_DIR = "data"
@@ -87,3 +91,15 @@ def segment_label(base: int) -> str:
 
 def index_label(first: int) -> str:
     return f"{INDEX_DIR}/{file_name(first)}"
+
+
+def lock_store(root: Path) -> int:
+    """Hold an exclusive lock on the store's directory for as long as it is open: two
+    processes writing one store would corrupt it. Returns the fd to close to unlock."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLocked(str(root)) from None
+    return fd

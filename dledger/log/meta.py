@@ -13,7 +13,9 @@ from typing import Any
 
 import attrs
 
-from dledger.log.errors import CorruptStateFile
+from dledger.log.config import StoreConfig
+from dledger.log.errors import CorruptStateFile, StoreMismatch
+from dledger.log.layout import StorePaths, list_numbered
 from dledger.log.state_file import (
     CHECKPOINT_MAGIC,
     META_MAGIC,
@@ -111,3 +113,31 @@ def read_checkpoint(path: Path) -> Checkpoint | None:
 
 def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     write_state_file(path, CHECKPOINT_MAGIC, checkpoint.to_body())
+
+
+def open_meta(paths: StorePaths, config: StoreConfig, *, group: str, self_id: str) -> Meta:
+    """The store's meta: created for a new store; for an existing one, checked against who
+    opens it and how (StoreMismatch), since a store holds one replica of one group."""
+    meta = read_meta(paths.meta)
+    if meta is None:
+        if list_numbered(paths.data) or list_numbered(paths.index):
+            raise CorruptStateFile(str(paths.meta), "missing, but the store holds data files")
+        meta = Meta(
+            group=group,
+            self_id=self_id,
+            segment_bytes=config.segment_bytes,
+            index_records_per_file=config.index_records_per_file,
+            start=LogStart(EntryId(0, 0), 0),
+            created_ms=now_ms(),
+        )
+        write_meta(paths.meta, meta)
+        return meta
+    for field, stored, given in (
+        ("group", meta.group, group),
+        ("self_id", meta.self_id, self_id),
+        ("segment_bytes", meta.segment_bytes, config.segment_bytes),
+        ("index_records_per_file", meta.index_records_per_file, config.index_records_per_file),
+    ):
+        if stored != given:
+            raise StoreMismatch(field, stored, given)
+    return meta

@@ -78,6 +78,19 @@ class EntryReader:
                 yield record
             index = stop + 1
 
+    def first_index_from(self, position: int, first_index: int, last_index: int) -> int:
+        """The first index in first_index..last_index whose entry starts at or after
+        `position` (last_index + 1 if none): positions grow with indexes, so a binary search
+        over index records."""
+        lo, hi = first_index, last_index + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.record(mid)[0] >= position:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def get(self, index: int) -> StoredEntry:
         record = self.record(index)
         return StoredEntry(index, record[2], record[4], record[0], record[3], self._body(record))

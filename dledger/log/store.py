@@ -5,25 +5,27 @@ for a worker thread: `FlushTicket.run` (fsync), `prepare_next_segment` and
 `write_checkpoint`. Appends are synchronous copies into mmap'd segments; durability is
 reported separately, through `durable_index`, once a flush ticket has synced what they wrote.
 
-Files, formats and recovery: docs/formats.md and docs/log-store.md.
+Files, formats and recovery: docs/formats.md and docs/log-store.md. This module is past
+~400 lines because it is the facade: every public operation's contract (what it promises
+about durability, what it raises) is written here, and the work is done by the modules it
+calls (writer, reader, recovery, durability, retention).
 """
 
 from __future__ import annotations
 
-import enum
-import fcntl
 import os
 import threading
 import time
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from dledger import limits
 from dledger.log import retention
+from dledger.log.config import FlushPolicy, StoreConfig
 from dledger.log.durability import Durability, FlushTicket
 from dledger.log.entry import BLANK_BYTES_MIN
 from dledger.log.errors import (
@@ -32,12 +34,10 @@ from dledger.log.errors import (
     CorruptStateFile,
     EntryTooLarge,
     IndexOutOfRange,
-    StoreLocked,
-    StoreMismatch,
 )
 from dledger.log.index_file import IndexFiles
-from dledger.log.layout import StorePaths, list_numbered
-from dledger.log.meta import Checkpoint, Meta, now_ms, read_checkpoint, read_meta, write_meta
+from dledger.log.layout import StorePaths, lock_store
+from dledger.log.meta import Checkpoint, Meta, now_ms, open_meta, read_checkpoint, write_meta
 from dledger.log.meta import write_checkpoint as write_checkpoint_file
 from dledger.log.reader import EntryReader, StoredEntry
 from dledger.log.recovery import RecoveryReport, recover
@@ -46,43 +46,20 @@ from dledger.log.state_file import fsync_dir
 from dledger.log.writer import LogWriter
 from dledger.raft.entries import EntryBatch, EntryId, LogStart
 
-__all__ = ["FlushPolicy", "FlushTicket", "LogStore", "StoreConfig", "StoredEntry"]
+if TYPE_CHECKING:
+    from dledger.raft.storage import RaftLog
+
+__all__ = [
+    "Checkpoint",
+    "FlushPolicy",
+    "FlushTicket",
+    "LogStore",
+    "RecoveryReport",
+    "StoreConfig",
+    "StoredEntry",
+]
 
 _WITH_HEADER = limits.ENTRY_HEADER_BYTES.__add__  # body length -> entry size, as a C-level map
-
-
-class FlushPolicy(enum.Enum):
-    """RocketMQ's flushDiskType."""
-
-    SYNC_FLUSH = "SYNC_FLUSH"  # an entry counts as durable only after an fsync covering it
-    ASYNC_FLUSH = "ASYNC_FLUSH"  # fsync every flush_interval_ms or flush_least_pages
-
-
-def _at_least(minimum: int) -> Any:
-    def validate(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-        if value < minimum:
-            raise ValueError(f"{attribute.name} must be at least {minimum}, got {value}")
-
-    return validate
-
-
-@attrs.frozen
-class StoreConfig:
-    segment_bytes: int = attrs.field(
-        default=limits.SEGMENT_BYTES_DEFAULT, validator=_at_least(limits.SEGMENT_BYTES_MIN)
-    )
-    index_records_per_file: int = attrs.field(
-        default=limits.INDEX_RECORDS_PER_FILE_DEFAULT, validator=_at_least(1)
-    )
-    flush: FlushPolicy = FlushPolicy.SYNC_FLUSH
-    flush_interval_ms: int = attrs.field(
-        default=limits.FLUSH_INTERVAL_MS_DEFAULT, validator=_at_least(1)
-    )
-    flush_least_pages: int = attrs.field(
-        default=limits.FLUSH_LEAST_PAGES_DEFAULT, validator=_at_least(0)
-    )
-    preallocate: bool = True  # reserve a segment's blocks when it is created
-    repair: bool = False  # at open, cut at a corrupt entry even when valid entries follow it
 
 
 class LogStore:
@@ -133,9 +110,9 @@ class LogStore:
         paths = StorePaths(Path(store_dir))
         for directory in (paths.root, paths.data, paths.index):
             directory.mkdir(parents=True, exist_ok=True)
-        lock_fd = _lock(paths.root)
+        lock_fd = lock_store(paths.root)
         try:
-            meta = _open_meta(paths, config, group=group, self_id=self_id)
+            meta = open_meta(paths, config, group=group, self_id=self_id)
             store = cls(paths, config, meta, lock_fd)
         except BaseException:
             os.close(lock_fd)
@@ -449,7 +426,9 @@ class LogStore:
             retention.Candidate(
                 base,
                 os.stat(self.paths.segment(base)).st_mtime,
-                self._first_index_from(base + self.segment_bytes),
+                self._reader.first_index_from(
+                    base + self.segment_bytes, self.first_index, self._last_index
+                ),
             )
             for base in self._segments.bases
             if base < current
@@ -466,17 +445,6 @@ class LogStore:
 
         count = retention.deletable_prefix(candidates, rules, disk_over)
         return self._drop_front(candidates[count - 1]) if count else []
-
-    def _first_index_from(self, position: int) -> int:
-        """The first index whose entry starts at or after `position` (last_index + 1 if none)."""
-        lo, hi = self.first_index, self._last_index + 1
-        while lo < hi:  # positions grow with indexes: a binary search over index records
-            mid = (lo + hi) // 2
-            if self._reader.record(mid)[0] >= position:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
 
     def _drop_front(self, last_deleted: retention.Candidate) -> list[str]:
         new_first = last_deleted.next_first_index
@@ -506,38 +474,7 @@ def _sync(file: Any) -> None:
     os.fdatasync(file.fd)
 
 
-def _lock(root: Path) -> int:
-    """Hold an exclusive lock on the store's directory for as long as it is open."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreLocked(str(root)) from None
-    return fd
+if TYPE_CHECKING:
 
-
-def _open_meta(paths: StorePaths, config: StoreConfig, *, group: str, self_id: str) -> Meta:
-    meta = read_meta(paths.meta)
-    if meta is None:
-        if list_numbered(paths.data) or list_numbered(paths.index):
-            raise CorruptStateFile(str(paths.meta), "missing, but the store holds data files")
-        meta = Meta(
-            group=group,
-            self_id=self_id,
-            segment_bytes=config.segment_bytes,
-            index_records_per_file=config.index_records_per_file,
-            start=LogStart(EntryId(0, 0), 0),
-            created_ms=now_ms(),
-        )
-        write_meta(paths.meta, meta)
-        return meta
-    for field, stored, given in (
-        ("group", meta.group, group),
-        ("self_id", meta.self_id, self_id),
-        ("segment_bytes", meta.segment_bytes, config.segment_bytes),
-        ("index_records_per_file", meta.index_records_per_file, config.index_records_per_file),
-    ):
-        if stored != given:
-            raise StoreMismatch(field, stored, given)
-    return meta
+    def _satisfies_raft_log(store: LogStore) -> RaftLog:
+        return store  # mypy checks that LogStore implements the core's log interface
