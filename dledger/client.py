@@ -34,6 +34,7 @@ RETRY_SLEEP_S_MAX = 0.02  # a client waiting out an election asks again at least
 CONNECT_TIMEOUT_S = 1.0
 DEFAULT_TIMEOUT_S = 5.0
 RECEIVE_BYTES = 256 * limits.KiB
+APPEND_BATCH_BYTES_MAX = 4 * limits.MiB  # concurrent appends share one request up to here
 
 # Statuses after which nothing was stored: safe to retry, elsewhere or later.
 RETRYABLE = {
@@ -107,6 +108,19 @@ class _Call:
         self.done = trio.Event()
         self.reply: Reply | None = None
         self.error: str | None = None
+
+
+class _AppendSlot:
+    """One append() call waiting for its batch's answer."""
+
+    __slots__ = ("bodies", "deadline", "done", "error", "index")
+
+    def __init__(self, bodies: list[bytes], deadline: float) -> None:
+        self.bodies = bodies
+        self.deadline = deadline
+        self.done = trio.Event()
+        self.index = 0
+        self.error: ClientError | None = None
 
 
 class Connection:
@@ -228,6 +242,9 @@ class DLedgerClient:
         self._leader: str | None = None
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, trio.Event] = {}
+        self._append_queue: list[_AppendSlot] = []
+        self._append_wake = trio.Event()
+        self._batcher_running = False
 
     async def aclose(self) -> None:
         for connection in list(self._connections.values()):
@@ -289,12 +306,69 @@ class DLedgerClient:
         self, bodies: bytes | Sequence[bytes], *, timeout: float = DEFAULT_TIMEOUT_S
     ) -> int:
         """Append one body or several (stored consecutively, all or none); returns the index of
-        the last one once it is committed."""
+        the last one once it is committed.
+
+        Appends that tasks make at the same moment on one client travel in one APPEND request
+        (as a producer batches): one frame, one proposal, one reply for all of them, each
+        caller still getting its own index. Such a batch commits or fails as a whole."""
         batch = [bodies] if isinstance(bodies, bytes) else list(bodies)
-        reply = await self._to_leader(
-            Code.APPEND, {"bodies": batch}, timeout=timeout, unknown_is_final=True
-        )
-        return int(reply.fields["index"])
+        if not batch:
+            raise ValueError("nothing to append")
+        slot = _AppendSlot(batch, trio.current_time() + timeout)
+        self._append_queue.append(slot)
+        self._append_wake.set()
+        if not self._batcher_running:
+            self._batcher_running = True
+            self._nursery.start_soon(self._batch_appends)
+        await slot.done.wait()
+        if slot.error is not None:
+            raise slot.error
+        return slot.index
+
+    async def _batch_appends(self) -> None:
+        queue = self._append_queue
+        while True:
+            while not queue:
+                await self._append_wake.wait()
+                self._append_wake = trio.Event()
+            await trio.lowlevel.checkpoint()  # let the other runnable appenders join in
+            taken: list[_AppendSlot] = []
+            count = size = 0
+            while queue and (
+                not taken
+                or (
+                    count + len(queue[0].bodies) <= limits.PROPOSAL_ENTRIES_MAX
+                    and size < APPEND_BATCH_BYTES_MAX
+                )
+            ):
+                slot = queue.pop(0)
+                taken.append(slot)
+                count += len(slot.bodies)
+                size += sum(map(len, slot.bodies))
+            self._nursery.start_soon(self._send_batch, taken)
+
+    async def _send_batch(self, slots: list[_AppendSlot]) -> None:
+        deadline = min(slot.deadline for slot in slots)
+        bodies: list[bytes] = []
+        for slot in slots:
+            bodies.extend(slot.bodies)
+        try:
+            reply = await self._to_leader(
+                Code.APPEND,
+                {"bodies": bodies},
+                timeout=max(0.0, deadline - trio.current_time()),
+                unknown_is_final=True,
+            )
+        except ClientError as err:
+            for slot in slots:
+                slot.error = err
+                slot.done.set()
+            return
+        index = int(reply.fields["index"]) - len(bodies)
+        for slot in slots:
+            index += len(slot.bodies)
+            slot.index = index
+            slot.done.set()
 
     async def transfer(self, target: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         await self._to_leader(

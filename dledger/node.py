@@ -19,6 +19,7 @@ import logging
 import random
 import zlib
 from array import array
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
@@ -184,6 +185,7 @@ class Node:
         self._role_listeners: list[Callable[[RoleState], None]] = []
         self._role_changed = trio.Event()
         self._late_persisted: EntryId | None = None  # a durability report the full inbox refused
+        self.metrics: Counter[str] = Counter()  # counts for the status request
         self.started = trio.Event()
         self.stopping = False
 
@@ -266,16 +268,20 @@ class Node:
             self._pending.clear()
 
     async def _raft_loop(self) -> None:
-        inbox = self._inbox
+        inbox, metrics = self._inbox, self.metrics
         while True:
             event = await inbox.receive()
             await self._handle(event)
+            handled = 1
             for _ in range(DRAIN_EVENTS_MAX):
                 try:
                     event = inbox.receive_nowait()
                 except trio.WouldBlock:
                     break
                 await self._handle(event)
+                handled += 1
+            metrics["raft_loop_wakeups"] += 1
+            metrics["events"] += handled
             if self._pending:
                 await self._propose_pending()
 
@@ -308,6 +314,8 @@ class Node:
             for pending in batch:
                 payloads.extend(pending.bodies)
             fx = self.core.step(Propose(payloads))
+            self.metrics["proposals"] += 1
+            self.metrics["proposed_entries"] += len(payloads)
             result = fx.result
             if isinstance(result, Proposed):
                 index = result.first - 1
@@ -556,7 +564,16 @@ class Node:
             "transfer_target": core.transfer_target,
             "pending_appends": self._pending_entries,
             "waiting_appends": len(self._waiters),
+            "metrics": {**self.metrics, **self._link_metrics()},
             "peers": peers,
+        }
+
+    def _link_metrics(self) -> dict[str, int]:
+        stats = self.links.stats.values()
+        return {
+            "peer_frames_sent": sum(s.frames_sent for s in stats),
+            "peer_sends": sum(s.sends for s in stats),
+            "peer_bytes_sent": sum(s.bytes_sent for s in stats),
         }
 
     @property

@@ -39,6 +39,7 @@ class LinkStats:
     connected: bool = False
     connects: int = 0
     frames_sent: int = 0
+    sends: int = 0  # send_all calls: frames_sent / sends is how well frames coalesce
     bytes_sent: int = 0
     dropped: int = 0  # messages pushed out of a full queue
 
@@ -142,6 +143,7 @@ class PeerLinks:
                     size += len(frame)
                 await stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
                 stats.frames_sent += len(frames)
+                stats.sends += 1
                 stats.bytes_sent += size
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
             log.info("sending to peer %s failed: %s", peer, err or type(err).__name__)

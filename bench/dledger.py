@@ -1,0 +1,240 @@
+"""Throughput, latency and failover of a 3-replica dledger-server group on this machine.
+
+    python -m bench.dledger [--quick] [--out bench/results/dledger.json]
+
+For each flush policy (ASYNC_FLUSH, SYNC_FLUSH) and each client count (1, 16, 128): a fresh
+group of three server processes on 127.0.0.1, one load process (this one) running that many
+concurrent appenders of 1 KiB entries for a fixed time over one client; acked entries/s and
+append latency p50/p99. Then failover: appenders running, the leader is killed with -9, and
+the time from the kill to the first append acknowledged after it is taken, 20 times (the
+victim restarts and catches up between kills). Peer figures come from
+../shared/bench/results/*.json and are printed as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from dledger.client import AppendFailed, OutcomeUnknown, open_client
+from dledger.localgroup import LocalGroup
+
+ENTRY_BYTES = 1024
+CLIENT_COUNTS = (1, 16, 128)
+POLICIES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+PEERS_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "results"
+SEGMENT_BYTES = 256 << 20  # smaller than the 1 GiB default so runs leave less behind
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def load(group: LocalGroup, clients: int, seconds: float) -> dict[str, Any]:
+    body = os.urandom(ENTRY_BYTES)
+    latencies: list[float] = []
+    acked = errors = 0
+    async with open_client(group.peers) as client:
+        leader = await client.find_leader(timeout=20)
+        assert leader is not None
+        for _ in range(50):  # warm up: connections, first segment
+            await client.append(body)
+        stop_at = trio.current_time() + seconds
+
+        async def appender() -> None:
+            nonlocal acked, errors
+            while trio.current_time() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    await client.append(body, timeout=10)
+                except (AppendFailed, OutcomeUnknown):
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                acked += 1
+
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(clients):
+                nursery.start_soon(appender)
+        elapsed = time.perf_counter() - t0
+    return {
+        "clients": clients,
+        "acked": acked,
+        "errors": errors,
+        "seconds": round(elapsed, 2),
+        "entries_per_s": round(acked / elapsed),
+        "mb_per_s": round(acked * ENTRY_BYTES / elapsed / 1e6, 2),
+        "latency_p50_ms": round(percentile(latencies, 50) * 1000, 3),
+        "latency_p99_ms": round(percentile(latencies, 99) * 1000, 3),
+    }
+
+
+async def failover(group: LocalGroup, kills: int, appenders: int) -> dict[str, Any]:
+    body = os.urandom(ENTRY_BYTES)
+    times_ms: list[float] = []
+    async with open_client(group.peers) as client:
+        acks: list[float] = []
+
+        async def appender() -> None:
+            while True:
+                try:
+                    await client.append(body, timeout=5)
+                    acks.append(time.monotonic())
+                except (AppendFailed, OutcomeUnknown):
+                    pass
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(appenders):
+                nursery.start_soon(appender)
+            for _ in range(kills):
+                leader = await client.find_leader(timeout=20)
+                assert leader is not None
+                with trio.fail_after(20):  # the group is healthy: appends flow
+                    n = len(acks)
+                    while len(acks) < n + 50:
+                        await trio.sleep(0.01)
+                killed_at = time.monotonic()
+                group.kill(leader)
+                with trio.fail_after(20):
+                    while not acks or acks[-1] <= killed_at:
+                        await trio.sleep(0.001)
+                first = min(t for t in acks[-200:] if t > killed_at)
+                times_ms.append((first - killed_at) * 1000)
+                group.start(leader)
+                await trio.sleep(
+                    0.5
+                )  # let it rejoin before the next round (not a wait for a condition)
+            nursery.cancel_scope.cancel()
+    return {
+        "kills": kills,
+        "appenders": appenders,
+        "failover_ms_p50": round(statistics.median(times_ms), 1),
+        "failover_ms_p99": round(percentile(times_ms, 99), 1),
+        "failover_ms_max": round(max(times_ms), 1),
+        "failover_ms_all": [round(t, 1) for t in times_ms],
+    }
+
+
+def run_group(root: Path, policy: str, body: Any, *args: Any) -> dict[str, Any]:
+    group = LocalGroup(
+        root / policy / str(time.monotonic_ns()),
+        extra_args=[
+            "--flush",
+            policy,
+            "--segment-bytes",
+            str(SEGMENT_BYTES),
+            "--log-level",
+            "WARNING",
+        ],
+    )
+    group.start_all()
+    try:
+        group.wait_serving()
+        return trio.run(body, group, *args)
+    finally:
+        group.stop_all()
+
+
+def peer_figures() -> dict[str, Any]:
+    figures = {}
+    for name in ("nats_jetstream", "etcd", "rabbitmq_quorum", "pysyncobj"):
+        path = PEERS_DIR / f"{name}.json"
+        if path.exists():
+            d = json.loads(path.read_text())
+            figures[name] = {
+                "append_msgs_s": d.get("publish_async_msgs_s") or d.get("append_msgs_s"),
+                "failover_ms_p50": d.get("failover_ms_p50"),
+                "failover_ms_max": d.get("failover_ms_max"),
+            }
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.dledger", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="3 s per load, 5 kills")
+    p.add_argument("--seconds", type=float)
+    p.add_argument("--kills", type=int)
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--clients", default=",".join(map(str, CLIENT_COUNTS)))
+    p.add_argument("--out", type=Path, default=Path("bench/results/dledger.json"))
+    args = p.parse_args(argv)
+    seconds = args.seconds or (3.0 if args.quick else 10.0)
+    kills = args.kills or (5 if args.quick else 20)
+    policies = args.policies.split(",")
+    client_counts = [int(c) for c in args.clients.split(",")]
+    results: dict[str, Any] = {"throughput": [], "failover": None}
+    with tempfile.TemporaryDirectory(prefix="bench-dledger-") as tmp:
+        root = Path(tmp)
+        print(
+            f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8}"
+        )
+        for policy in policies:
+            for clients in client_counts:
+                r = run_group(root, policy, load, clients, seconds)
+                r["flush"] = policy
+                results["throughput"].append(r)
+                print(
+                    f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}"
+                )
+        fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
+        results["failover"] = fo
+        print(
+            f"failover (kill -9 of the leader -> first ack after it), {kills} kills: "
+            f"p50 {fo['failover_ms_p50']} ms, p99 {fo['failover_ms_p99']} ms, max {fo['failover_ms_max']} ms"
+        )
+    peers = peer_figures()
+    best = {
+        pol: max(
+            (r["entries_per_s"] for r in results["throughput"] if r["flush"] == pol), default=0
+        )
+        for pol in policies
+    }
+    ratios = {}
+    if "nats_jetstream" in peers and "ASYNC_FLUSH" in best:
+        ratios["async_vs_nats_jetstream"] = round(
+            best["ASYNC_FLUSH"] / peers["nats_jetstream"]["append_msgs_s"], 2
+        )
+    if "etcd" in peers and "SYNC_FLUSH" in best:
+        ratios["sync_vs_etcd"] = round(best["SYNC_FLUSH"] / peers["etcd"]["append_msgs_s"], 2)
+    if "rabbitmq_quorum" in peers:
+        ratios["failover_p50_vs_rabbitmq"] = round(
+            results["failover"]["failover_ms_p50"] / peers["rabbitmq_quorum"]["failover_ms_p50"], 2
+        )
+    report = {
+        "what": "dledger",
+        "replicas": 3,
+        "entry_bytes": ENTRY_BYTES,
+        "quick": args.quick,
+        "seconds_per_load": seconds,
+        **results,
+        "peers": peers,
+        "ratios": ratios,
+        "cpu_count": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "method": "3 dledger-server processes on 127.0.0.1 (default timeouts, 256 MiB segments), a fresh "
+        "group per row; one load process with N trio tasks sharing one DLedgerClient, each appending 1 KiB "
+        "entries back to back; entries/s = acknowledged appends / wall time. Failover: 16 appenders, "
+        "kill -9 of the leader, time to the first append acknowledged after the kill; the victim restarts.",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print("ratios:", ratios)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
