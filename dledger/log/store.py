@@ -260,7 +260,7 @@ class LogStore:
                 raise EntryTooLarge(length, self.body_bytes_max)
             term = batch.terms[0]
             assert self._last_term <= term, (self._last_term, term)
-            self._writer.append(batch, [limits.ENTRY_HEADER_BYTES + length])
+            self._write(batch, [limits.ENTRY_HEADER_BYTES + length])
             self._last_index = batch.first_index
             self._last_term = term
             return self._last_index
@@ -272,10 +272,20 @@ class LogStore:
             raise EntryTooLarge(longest, self.body_bytes_max)
         terms = batch.terms
         assert self._last_term <= terms[0] <= terms[-1], (self._last_term, terms[0], terms[-1])
-        self._writer.append(batch, list(map(_WITH_HEADER, lengths)))
+        self._write(batch, list(map(_WITH_HEADER, lengths)))
         self._last_index = batch.last_index
         self._last_term = terms[-1]
         return self._last_index
+
+    def _write(self, batch: EntryBatch, sizes: list[int]) -> None:
+        """All of the batch or none of it: an error part way (ENOSPC creating a segment)
+        undoes the runs already written, so the log stays as it was."""
+        position = self._writer.write_position
+        try:
+            self._writer.append(batch, sizes)
+        except BaseException:
+            self._writer.truncate(self._last_index, position, batch.last_index)
+            raise
 
     def truncate_after(self, index: int) -> None:
         """Drop the entries after `index` (a Raft conflict): zero their bytes and clear their

@@ -125,3 +125,32 @@ def test_opening_someone_elses_store(tmp_path: Path, kwargs: dict, field: str) -
 def test_config_is_validated(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         StoreConfig(**kwargs)
+
+
+def test_disk_full_mid_batch_leaves_the_log_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC creating the next segment part way through a batch: nothing of it stays."""
+    import errno
+
+    from dledger.log import segment
+
+    with open_store(tmp_path) as store:
+        store.append(batch_of(1, 1, 2, size=1000))
+        position = store.next_position
+        real_create = segment.Segment.create
+
+        def full(*args: object, **kwargs: object) -> segment.Segment:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(segment.Segment, "create", full)
+        with pytest.raises(OSError, match="No space left"):
+            store.append(batch_of(3, 1, 6, size=1000))  # needs a new segment after two
+        assert (store.last_index, store.next_position) == (2, position)
+        with pytest.raises(IndexOutOfRange):
+            store.get(3)
+        monkeypatch.setattr(segment.Segment, "create", real_create)
+        store.append(batch_of(3, 2, 6, size=1000))
+        assert [store.get(i).body for i in range(3, 9)] == [body(i, 2, 1000) for i in range(3, 9)]
+    with open_store(tmp_path) as store:
+        assert store.last_index == 8 and store.get(3).body == body(3, 2, 1000)
