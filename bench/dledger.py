@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from dledger.client import AppendFailed, OutcomeUnknown, open_client
+from dledger.client import AppendFailed, ClientError, OutcomeUnknown, open_client
 from dledger.localgroup import LocalGroup
 
 ENTRY_BYTES = 1024
@@ -82,6 +82,23 @@ async def load(group: LocalGroup, clients: int, seconds: float) -> dict[str, Any
     }
 
 
+async def rejoined(client: Any, node: str, timeout: float = 60.0) -> None:
+    """Poll until a restarted replica follows a leader and has caught up with its commit
+    index: the next kill must find a full group, or it would measure a lost majority."""
+    with trio.fail_after(timeout):
+        while True:
+            try:
+                s = await client.status(node, timeout=1.0)
+                leader = s.get("leader")
+                if s["role"] == "follower" and leader:
+                    lead = await client.status(leader, timeout=1.0)
+                    if s["last_index"] >= lead["commit_index"]:
+                        return
+            except (ClientError, trio.TooSlowError):
+                pass
+            await trio.sleep(0.05)
+
+
 async def failover(group: LocalGroup, kills: int, appenders: int) -> dict[str, Any]:
     body = os.urandom(ENTRY_BYTES)
     times_ms: list[float] = []
@@ -114,9 +131,7 @@ async def failover(group: LocalGroup, kills: int, appenders: int) -> dict[str, A
                 first = min(t for t in acks[-200:] if t > killed_at)
                 times_ms.append((first - killed_at) * 1000)
                 group.start(leader)
-                await trio.sleep(
-                    0.5
-                )  # let it rejoin before the next round (not a wait for a condition)
+                await rejoined(client, leader)
             nursery.cancel_scope.cancel()
     return {
         "kills": kills,
@@ -137,7 +152,7 @@ def run_group(root: Path, policy: str, body: Any, *args: Any) -> dict[str, Any]:
             "--segment-bytes",
             str(SEGMENT_BYTES),
             "--log-level",
-            "WARNING",
+            os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
         ],
     )
     group.start_all()

@@ -23,7 +23,7 @@ import trio
 from dledger import limits
 from dledger.codec import encode_message
 from dledger.config import Address
-from dledger.raft.messages import Envelope
+from dledger.raft.messages import AppendEntries, Envelope, Message
 from dledger.wire import Code, encode_frame
 
 log = logging.getLogger("dledger.transport")
@@ -32,6 +32,7 @@ RECONNECT_MS_MIN = 5
 RECONNECT_MS_MAX = 500
 CONNECT_TIMEOUT_S = 1.0
 SEND_COALESCE_BYTES_MAX = 4 * limits.MiB  # one send_all carries at most this (plus one frame)
+FRAME_CACHE_MAX = 8  # recent AppendEntries frames kept for the other followers
 
 
 @attrs.define
@@ -66,6 +67,7 @@ class PeerLinks:
         }
         self._wake = {p: trio.Event() for p in self._peers}
         self.stats = {p: LinkStats() for p in self._peers}
+        self._frames: dict[tuple[object, ...], bytes] = {}  # recent AppendEntries frames
 
     def offer(self, envelope: Envelope) -> None:
         queue = self._queues.get(envelope.to)
@@ -128,6 +130,23 @@ class PeerLinks:
             log.info("peer %s closed our link", peer)
         scope.cancel()
 
+    def _encode(self, message: Message) -> bytes:
+        """A frame for `message`. Followers at the same point get the same AppendEntries; its
+        (term, prev, commit, entry range, last term) names its content (log matching), so the
+        frame encoded for the first is reused for the others."""
+        if type(message) is AppendEntries and len(message.entries):
+            e = message.entries
+            key = (message.term, message.prev.index, message.prev.term, message.commit,
+                   e.first_index, e.last_index, e.terms[-1])  # fmt: skip
+            frame = self._frames.get(key)
+            if frame is None:
+                frame = encode_frame(encode_message(message))
+                self._frames[key] = frame
+                if len(self._frames) > FRAME_CACHE_MAX:
+                    del self._frames[next(iter(self._frames))]
+            return frame
+        return encode_frame(encode_message(message))
+
     async def _pump(self, peer: str, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
         queue, stats = self._queues[peer], self.stats[peer]
         try:
@@ -138,7 +157,7 @@ class PeerLinks:
                 frames: list[bytes] = []
                 size = 0
                 while queue and size < SEND_COALESCE_BYTES_MAX:
-                    frame = encode_frame(encode_message(queue.popleft().message))
+                    frame = self._encode(queue.popleft().message)
                     frames.append(frame)
                     size += len(frame)
                 await stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))

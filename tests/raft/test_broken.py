@@ -2,17 +2,21 @@
 bounded number of seeds. Seeds are fixed, so this is deterministic, not a matter of luck.
 
 The search uses one-entry AppendEntries (so an old-term entry and a new leader's no-op travel
-apart, the precondition of Figure 8) and long runs; faults are drawn per seed (swarm).
+apart, the precondition of Figure 8), long runs, and a fault mix drawn per seed (swarm) with
+"buggify" crashes always on and frequent: these bugs live between a vote and a restart, or
+between a leader's fsync and its first replication.
 """
 
 from __future__ import annotations
+
+import random
 
 import attrs
 import pytest
 
 from dledger.raft.core import RaftCore
 from dledger.raft.sim.run import simulate
-from dledger.raft.sim.world import SIM_CONFIG
+from dledger.raft.sim.world import SIM_CONFIG, Faults
 from tests.raft.broken import (
     AcksBeforeDurable,
     CommitsPreviousTerm,
@@ -22,7 +26,12 @@ from tests.raft.broken import (
 
 SEARCH_CONFIG = attrs.evolve(SIM_CONFIG, append_batch_entries_max=1)
 SEARCH_STEPS = 4000
+SEARCH_BUGGIFY = (0.5, 1.0)
 SEEDS_MAX = 300
+
+
+def search_faults(seed: int) -> Faults:
+    return Faults.swarm(random.Random(seed), buggify=SEARCH_BUGGIFY)
 
 
 def first_violation(core: type[RaftCore]) -> tuple[int, str] | None:
@@ -34,6 +43,7 @@ def first_violation(core: type[RaftCore]) -> tuple[int, str] | None:
             config=SEARCH_CONFIG,
             core_factory=core,
             liveness=False,
+            faults=search_faults(seed),
         )
         if not r.ok:
             assert r.violation is not None
@@ -66,5 +76,12 @@ def test_simulator_catches_broken_core(core: type[RaftCore], properties: set[str
 def test_correct_core_passes_the_same_search_settings() -> None:
     """The search settings alone do not produce violations."""
     for seed in range(40):
-        r = simulate(seed, nodes=3, steps=SEARCH_STEPS, config=SEARCH_CONFIG, liveness=False)
+        r = simulate(
+            seed,
+            nodes=3,
+            steps=SEARCH_STEPS,
+            config=SEARCH_CONFIG,
+            liveness=False,
+            faults=search_faults(seed),
+        )
         assert r.ok, f"seed {seed}: {r.violation}\n{r.trace}"

@@ -77,10 +77,11 @@ class Faults:
     # arrives when a machine loses power, only when a process dies)
 
     @classmethod
-    def swarm(cls, rng: random.Random) -> Faults:
+    def swarm(cls, rng: random.Random, buggify: tuple[float, float] | None = None) -> Faults:
         """A fault mix of its own for one seed (swarm testing): every rate drawn at random and
         about a third of the fault kinds switched off, so runs differ in kind, not only in luck.
-        Uniform mixes keep every fault rare; skewed ones reach stranger interleavings."""
+        Uniform mixes keep every fault rare; skewed ones reach stranger interleavings.
+        `buggify` forces that rate into a range (searches for a known kind of bug use it)."""
 
         def rate(high: float) -> float:
             return 0.0 if rng.random() < 0.35 else rng.uniform(0, high)
@@ -103,7 +104,7 @@ class Faults:
             membership=rate(0.01),
             compact=rate(0.03),
             flush_lag=rng.uniform(0.0, 0.9),
-            buggify=rate(0.3),
+            buggify=rate(0.3) if buggify is None else rng.uniform(*buggify),
             crash_loses_messages=rng.uniform(0.0, 1.0),
             crash_noticed=rng.choice([0.0, 0.5, 1.0]),
         )
