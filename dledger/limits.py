@@ -51,6 +51,7 @@ TRANSFER_TICKS_MAX = 50  # a leadership transfer that has not finished by then i
 # --- flush ----------------------------------------------------------------------------------------
 FLUSH_INTERVAL_MS_DEFAULT = 500  # ASYNC_FLUSH: RocketMQ's flushIntervalCommitLog
 FLUSH_LEAST_PAGES_DEFAULT = 4  # ASYNC_FLUSH: RocketMQ's flushCommitLogLeastPages
+FLUSH_THOROUGH_INTERVAL_MS = 10_000  # ASYNC_FLUSH: flush whatever is dirty at least this often
 
 assert ENTRY_HEADER_BYTES + ENTRY_BODY_BYTES_MAX + FRAME_ENVELOPE_BYTES_MAX <= FRAME_BYTES_MAX
 assert APPEND_BATCH_BYTES_MAX + FRAME_ENVELOPE_BYTES_MAX <= FRAME_BYTES_MAX  # a full batch fits

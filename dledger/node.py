@@ -75,7 +75,8 @@ REFUSAL_STATUS = {
 
 class StateMachine(Protocol):
     """What the broker plugs in: committed entries, in order, exactly once per run (after a
-    restart, from the checkpoint's applied index on)."""
+    restart, from the checkpoint's applied index on). One that sets `reads_bodies = False`
+    is handed batches whose payloads are empty, and saves the node reading them back."""
 
     def apply(self, batch: EntryBatch) -> None: ...
 
@@ -83,26 +84,28 @@ class StateMachine(Protocol):
 class NullStateMachine:
     """dledger-server's: the log is the state."""
 
+    reads_bodies = False
+
     def apply(self, batch: EntryBatch) -> None:
         pass
 
 
 class AppliedDigest:
-    """A fingerprint of what this run applied: CRC-32 streams over the terms, kinds, lengths and
-    bodies of the entries, each fed in order, so the result does not depend on how entries were
-    batched. Two replicas that applied the same entries from the same starting index report the
-    same digest; a replica that applied an entry later truncated away cannot."""
+    """A fingerprint of what this run applied: CRC-32 streams over the terms, kinds and sizes of
+    the entries, each fed in order, so the result does not depend on how entries were batched.
+    An (index, term) names one entry everywhere (log matching), so two replicas that applied
+    the same entries from the same index report the same digest, and one that applied an entry
+    later truncated away (another term at that index) does not."""
 
     def __init__(self, from_index: int) -> None:
         self.from_index = from_index
-        self._crcs = [0, 0, 0, 0]
+        self._crcs = [0, 0, 0]
 
-    def add(self, batch: EntryBatch) -> None:
+    def add(self, terms: Sequence[int], kinds: Sequence[int], sizes: Sequence[int]) -> None:
         c = self._crcs
-        c[0] = zlib.crc32(array("q", batch.terms).tobytes(), c[0])
-        c[1] = zlib.crc32(array("q", batch.kinds).tobytes(), c[1])
-        c[2] = zlib.crc32(array("q", map(len, batch.payloads)).tobytes(), c[2])
-        c[3] = zlib.crc32(b"".join(batch.payloads), c[3])
+        c[0] = zlib.crc32(array("q", terms).tobytes(), c[0])
+        c[1] = zlib.crc32(array("q", kinds).tobytes(), c[1])
+        c[2] = zlib.crc32(array("q", sizes).tobytes(), c[2])
 
     def hex(self) -> str:
         return f"{self.from_index}:" + "".join(f"{c:08x}" for c in self._crcs)
@@ -150,6 +153,7 @@ class Node:
         self.config = config
         self.store = store
         self.state_machine = state_machine or NullStateMachine()
+        self._reads_bodies = getattr(self.state_machine, "reads_bodies", True)
         self.paths = StorePaths(config.store_dir)
         self.sync_flush = config.flush is FlushPolicy.SYNC_FLUSH
         checkpoint = store.read_checkpoint()
@@ -460,10 +464,17 @@ class Node:
                 self.applied_index = store.first_index - 1
                 continue
             hi = min(target, self.applied_index + APPLY_BATCH_ENTRIES_MAX)
-            batch = store.read(self.applied_index + 1, hi, limits.APPEND_BATCH_BYTES_MAX * 4)
+            lo = self.applied_index + 1
+            terms, kinds, sizes = store.read_meta(lo, hi)
+            if self._reads_bodies:
+                batch = store.read(lo, hi, limits.APPEND_BATCH_BYTES_MAX * 4)
+                hi = batch.last_index
+                del terms[len(batch) :], kinds[len(batch) :], sizes[len(batch) :]
+            else:
+                batch = EntryBatch(lo, terms, kinds, [b""] * len(terms))
             self.state_machine.apply(batch)
-            self.applied_digest.add(batch)
-            self.applied_index = batch.last_index
+            self.applied_digest.add(terms, kinds, sizes)
+            self.applied_index = hi
             await trio.lowlevel.checkpoint()
 
     async def _maintenance(self) -> None:

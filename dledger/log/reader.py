@@ -110,17 +110,29 @@ class EntryReader:
             kinds.append(record[4])
         return EntryBatch(lo, terms, kinds, payloads)
 
+    def read_meta(self, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
+        """(terms, kinds, sizes) of entries lo..hi from the index records alone: what a reader
+        that needs no bodies (an applier of the standalone server) asks for."""
+        terms: list[int] = []
+        kinds: list[int] = []
+        sizes: list[int] = []
+        for record in self.records(lo, hi):
+            terms.append(record[2])
+            sizes.append(record[3])
+            kinds.append(record[4])
+        return terms, kinds, sizes
+
     def _body(self, record: Record) -> bytes:
         """The body of the entry `record` points at, after every check."""
         position, index, term, size, kind, _ = record
         seg_bytes = self._segments.segment_bytes
         base = position - position % seg_bytes
-        label = segment_label(base)
         if base not in self._segments:
-            raise CorruptEntry(label, position, f"segment missing for index {index}")
+            raise CorruptEntry(segment_label(base), position, f"segment missing for index {index}")
         offset = position - base
         if offset + size > seg_bytes:
-            raise CorruptEntry(label, position, f"index record size {size} runs past the segment")
+            why = f"index record size {size} runs past the segment"
+            raise CorruptEntry(segment_label(base), position, why)
         mm = self._segments.get(base).mm
         header = decode_header(mm, offset)
         reason = header_defect(mm, offset, header)
@@ -137,8 +149,8 @@ class EntryReader:
         if reason is None and header.kind != kind:
             reason = f"entry kind {header.kind}, index record says {kind}"
         if reason is not None:
-            raise CorruptEntry(label, position, reason)
+            raise CorruptEntry(segment_label(base), position, reason)
         body = mm[offset + limits.ENTRY_HEADER_BYTES : offset + size]
         if crc32(body) != header.body_crc:
-            raise CorruptEntry(label, position, "body crc mismatch")
+            raise CorruptEntry(segment_label(base), position, "body crc mismatch")
         return body

@@ -238,6 +238,11 @@ class LogStore:
         self._check_range(lo, hi)
         return self._reader.read(lo, hi, bytes_max)
 
+    def read_meta(self, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
+        """(terms, kinds, sizes) of entries lo..hi, from the index only (no bodies read)."""
+        self._check_range(lo, hi)
+        return self._reader.read_meta(lo, hi)
+
     def _check_range(self, lo: int, hi: int) -> None:
         if lo < self.first_index:
             raise Compacted(lo, self.first_index)
@@ -381,17 +386,22 @@ class LogStore:
         return self.durable_index
 
     def flush_due(self, now_ms: int) -> bool:
-        """SYNC_FLUSH: anything dirty. ASYNC_FLUSH: something dirty and flush_interval_ms
-        passed since the first call after the last flush, or flush_least_pages dirty."""
+        """SYNC_FLUSH: anything dirty. ASYNC_FLUSH (RocketMQ's timed flush): once
+        flush_interval_ms has passed since the last flush, if flush_least_pages are dirty, or
+        whatever is dirty once FLUSH_THOROUGH_INTERVAL_MS has passed."""
         if not self._durability.has_dirty():
             return False
         if self.config.flush is FlushPolicy.SYNC_FLUSH:
             return True
         if self._interval_start_ms is None:
             self._interval_start_ms = now_ms
-        if 0 < self.config.flush_least_pages <= self._durability.dirty_pages:
-            return True
-        return now_ms - self._interval_start_ms >= self.config.flush_interval_ms
+        waited_ms = now_ms - self._interval_start_ms
+        if waited_ms < self.config.flush_interval_ms:
+            return False
+        least = self.config.flush_least_pages
+        return (
+            waited_ms >= limits.FLUSH_THOROUGH_INTERVAL_MS or self._durability.dirty_pages >= least
+        )
 
     # --- checkpoint ---------------------------------------------------------------------------
 

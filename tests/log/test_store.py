@@ -145,13 +145,17 @@ class TestDurability:
             flush_least_pages=4,
         )
         with open_store(tmp_path / "async", config) as store:
+            # RocketMQ's timed flush: at most once per interval, and then only when at least
+            # flush_least_pages are dirty, or whatever is dirty after the thorough interval
             store.append(batch_of(1, 1, 1, size=100))
             assert not store.flush_due(1000)  # the interval starts now
-            assert not store.flush_due(1499)
-            assert store.flush_due(1500)
+            assert not store.flush_due(1500)  # interval over, but less than 4 pages dirty
+            assert store.flush_due(1000 + limits.FLUSH_THOROUGH_INTERVAL_MS)
             store.flush()
             store.append(batch_of(2, 1, 20, size=1000))  # > 4 pages dirty
-            assert store.flush_due(1501)
+            assert not store.flush_due(20_000)  # the interval starts now
+            assert not store.flush_due(20_499)
+            assert store.flush_due(20_500)
 
 
 class TestCheckpoint:

@@ -1,0 +1,67 @@
+"""Node embedded in a program (what the broker will do): a state machine that reads bodies and
+role-change callbacks, three nodes in one trio process on 127.0.0.1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from dledger.client import open_client
+from dledger.config import Address, NodeConfig
+from dledger.localgroup import free_port
+from dledger.log.store import LogStore, StoreConfig
+from dledger.node import Node
+from dledger.raft.entries import EntryBatch, EntryKind
+from dledger.raft.events import Role, RoleState
+
+
+class Recorder:
+    reads_bodies = True
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[int, int, bytes]] = []
+
+    def apply(self, batch: EntryBatch) -> None:
+        for offset, (kind, body) in enumerate(zip(batch.kinds, batch.payloads, strict=True)):
+            if kind == EntryKind.DATA:
+                self.applied.append((batch.first_index + offset, batch.terms[offset], body))
+
+
+async def test_state_machine_sees_every_committed_entry_once_in_order(tmp_path: Path) -> None:
+    peers = {f"n{i}": Address("127.0.0.1", free_port()) for i in range(3)}
+    recorders = {n: Recorder() for n in peers}
+    roles: dict[str, list[RoleState]] = {n: [] for n in peers}
+    stores = {
+        n: LogStore.open(tmp_path / n, StoreConfig(segment_bytes=1 << 20), group="g", self_id=n)
+        for n in peers
+    }
+    try:
+        async with trio.open_nursery() as nursery:
+            nodes = {}
+            for n in peers:
+                config = NodeConfig(group="g", self_id=n, peers=peers, store_dir=tmp_path / n)
+                node = Node(config, stores[n], recorders[n])
+                node.on_role_change(roles[n].append)
+                nodes[n] = node
+                await nursery.start(node.run)
+            async with open_client(peers) as client:
+                values = [f"v{i}".encode() * 50 for i in range(300)]
+                async with trio.open_nursery() as appenders:
+                    for chunk in range(0, 300, 30):
+                        appenders.start_soon(client.append, values[chunk : chunk + 30])
+                with trio.fail_after(20):
+                    while any(len(r.applied) < 300 for r in recorders.values()):
+                        await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    finally:
+        for store in stores.values():
+            store.close()
+    sequences = {n: r.applied for n, r in recorders.items()}
+    assert sequences["n0"] == sequences["n1"] == sequences["n2"]
+    assert sorted(body for _, _, body in sequences["n0"]) == sorted(values)
+    indexes = [i for i, _, _ in sequences["n0"]]
+    assert indexes == sorted(indexes) and len(set(indexes)) == 300
+    leaders = {r.leader for changes in roles.values() for r in changes if r.leader}
+    assert len(leaders) == 1
+    assert any(r.role is Role.LEADER for changes in roles.values() for r in changes)
