@@ -8,6 +8,8 @@ mapping would stop the mapping from being closed (BufferError) while anyone hold
 
 from __future__ import annotations
 
+import sys
+from array import array
 from binascii import crc32
 from collections.abc import Iterator
 
@@ -112,14 +114,32 @@ class EntryReader:
 
     def read_meta(self, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
         """(terms, kinds, sizes) of entries lo..hi from the index records alone: what a reader
-        that needs no bodies (an applier of the standalone server) asks for."""
+        that needs no bodies (an applier of the standalone server) asks for. Records are read
+        as big-endian 64-bit words and sliced in C (record = position, index, term,
+        size<<32 | kind<<16 | reserved); each chunk's first and last index fields are checked."""
         terms: list[int] = []
         kinds: list[int] = []
         sizes: list[int] = []
-        for record in self.records(lo, hi):
-            terms.append(record[2])
-            sizes.append(record[3])
-            kinds.append(record[4])
+        index = lo
+        while index <= hi:
+            file = self._index.find(index)
+            if file is None:
+                raise CorruptEntry(
+                    self._index_label(index), 0, f"index file for index {index} is missing"
+                )
+            stop = min(hi, file.last)
+            words = array("q", file.mm[file.offset(index) : file.offset(stop) + RECORD.size])
+            if sys.byteorder == "little":
+                words.byteswap()
+            if words[1] != index or words[-3] != stop:
+                raise CorruptEntry(
+                    file.label, words[0], f"index records {index}..{stop} are not in order"
+                )
+            terms.extend(words[2::4])
+            packed = words[3::4]
+            sizes.extend(w >> 32 for w in packed)
+            kinds.extend((w >> 16) & 0xFFFF for w in packed)
+            index = stop + 1
         return terms, kinds, sizes
 
     def _body(self, record: Record) -> bytes:

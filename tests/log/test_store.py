@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from dledger import limits
-from dledger.log.errors import StoreLocked
+from dledger.log.errors import IndexOutOfRange, StoreLocked
 from dledger.log.meta import Checkpoint
 from dledger.log.segment import entry_position
 from dledger.log.store import FlushPolicy, StoreConfig
-from dledger.raft.entries import EntryId, LogStart
+from dledger.raft.entries import EntryBatch, EntryId, EntryKind, LogStart
 from tests.log.helpers import SMALL, TINY, batch_of, body, open_store, segment_files
 
 
@@ -251,3 +251,27 @@ class TestLifecycle:
         with open_store(tmp_path), pytest.raises(StoreLocked, match="open elsewhere"):
             open_store(tmp_path)
         open_store(tmp_path).close()  # the lock went with the first store
+
+
+class TestReadMeta:
+    def test_matches_the_entries_across_index_files(self, tmp_path: Path) -> None:
+        """read_meta slices index records in C; it must agree with reading each entry."""
+        with open_store(tmp_path, TINY) as store:
+            index = 1
+            for term, count in ((1, 5), (2, 9), (3, 7)):
+                store.append(batch_of(index, term, count, size=10 * term))
+                index += count
+            store.append(EntryBatch(index, [3], [EntryKind.NOOP.value], [b""]))
+            last = store.last_index
+            for lo, hi in ((1, last), (2, 2), (4, last - 1), (last, last)):
+                terms, kinds, sizes = store.read_meta(lo, hi)
+                entries = [store.get(i) for i in range(lo, hi + 1)]
+                assert terms == [e.term for e in entries]
+                assert kinds == [e.kind for e in entries]
+                assert sizes == [e.size for e in entries]
+
+    def test_out_of_range(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 3))
+            with pytest.raises(IndexOutOfRange):
+                store.read_meta(1, 4)
