@@ -1,0 +1,113 @@
+"""dledger-chaos: real faults against a real dledger-server group, and the checkers.
+
+    dledger-chaos run --target dledger --scenario leader-kill --duration 60 --seed 7 \\
+        --out runs/leader-kill [--nodes 3|5]
+    dledger-chaos check runs/leader-kill      re-judge a saved run, rewrite its report
+
+Exit status: 0 when every must-hold check holds, 1 when one does not or the run could not be
+judged (no complete final read: verdict "unknown"), 2 when the run could not be set up (the
+reason on stderr, e.g. exactly which capability is missing) or for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from chaos.history import HistoryUnreadable
+from chaos.run import RunConfig, SetupFailed, check_saved, run
+from chaos.schedule import SCENARIOS
+
+EXIT_SETUP = 2
+
+
+def _interval(text: str) -> tuple[float, float]:
+    low, sep, high = text.partition("-")
+    try:
+        pair = (float(low), float(high if sep else low))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN-MAX seconds, e.g. 10-20") from err
+    if not 0 < pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 < MIN <= MAX")
+    return pair
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dledger-chaos", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a scenario against a fresh group and judge it")
+    r.add_argument("--target", default="dledger", choices=["dledger"])
+    r.add_argument("--scenario", required=True, choices=list(SCENARIOS))
+    r.add_argument("--duration", type=float, default=60.0, help="seconds of workload and faults")
+    r.add_argument("--seed", type=int, default=7, help="the fault schedule and every choice in it")
+    r.add_argument("--out", type=Path, required=True, help="run directory, e.g. runs/leader-kill")
+    r.add_argument("--nodes", type=int, default=3, help="replicas in the group (3 or 5)")
+    r.add_argument("--workers", type=int, default=4, help="concurrent appending clients")
+    r.add_argument("--op-timeout", type=float, default=1.0, help="deadline of each append, s")
+    r.add_argument(
+        "--interval",
+        type=_interval,
+        help="seconds between fault starts, MIN-MAX (10-20 for random)",
+    )
+    r.add_argument(
+        "--keep-stores", action="store_true", help="copy the replicas' stores to OUT/stores"
+    )
+    c = sub.add_parser("check", help="re-run the checkers on a saved run and rewrite its report")
+    c.add_argument("run_dir", type=Path)
+    return p
+
+
+def summary(report: dict[str, Any], out: Path) -> str:
+    f = report["failover_ms"]
+    return (
+        f"verdict {report['verdict'].upper()}: acked {report['acked']}, lost {report['acked_lost']}, "
+        f"order violations {report['order_violations']}, replicas agree {report['replicas_agree']}, "
+        f"duplicates {report['duplicates']}, unknown in log {report['unknown_in_log']}, "
+        f"faults {sum(report['faults'].values())}, failover ms p50 {f['p50']} p99 {f['p99']} "
+        f"max {f['max']}"
+        + (f"\n  because: {'; '.join(report['reasons'])}" if report["reasons"] else "")
+        + f"\n  report: {out / 'report.md'}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            config = RunConfig(
+                scenario=args.scenario,
+                duration_s=args.duration,
+                seed=args.seed,
+                out=args.out,
+                target=args.target,
+                nodes=args.nodes,
+                workers=args.workers,
+                op_timeout_s=args.op_timeout,
+                interval_s=args.interval,
+                keep_stores=args.keep_stores,
+            )
+            outcome = run(config)
+            out = args.out
+        else:
+            outcome = check_saved(args.run_dir)
+            out = args.run_dir
+    except SetupFailed as err:
+        print(f"dledger-chaos: {err}", file=sys.stderr)
+        return EXIT_SETUP
+    except HistoryUnreadable as err:
+        print(f"dledger-chaos: {err}", file=sys.stderr)
+        return EXIT_SETUP
+    except KeyboardInterrupt:
+        print(
+            "dledger-chaos: interrupted during setup; everything started was cleaned up",
+            file=sys.stderr,
+        )
+        return EXIT_SETUP
+    print(summary(outcome.report, out))
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

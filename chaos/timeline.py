@@ -1,0 +1,59 @@
+"""timeline.png: ok appends per 100 ms over the run, with every fault window shaded and
+labelled by its kind (matplotlib's object API with the Agg canvas: no pyplot, no display)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from chaos.availability import fault_windows, ok_appends
+from chaos.history import Op
+
+BIN_S = 0.1
+FIGURE_INCHES = (14, 4.5)
+DPI = 110
+COLORS = {  # by the history's `f`
+    "kill": "tab:red",
+    "pause": "tab:orange",
+    "partition": "tab:blue",
+    "restart": "tab:purple",
+    "disk": "tab:brown",
+}
+
+
+def bins(history: Sequence[Op]) -> tuple[list[float], list[int]]:
+    """(bin start seconds, ok appends completed in that bin) over the whole history."""
+    end_ns = max((op.time_ns for op in history), default=0)
+    count = int(end_ns / 1e9 / BIN_S) + 1
+    per_bin = [0] * count
+    for op in ok_appends(history):
+        per_bin[min(count - 1, int(op.time_ns / 1e9 / BIN_S))] += 1
+    return [i * BIN_S for i in range(count)], per_bin
+
+
+def draw(path: Path, history: Sequence[Op]) -> None:
+    xs, ys = bins(history)
+    end_s = xs[-1] + BIN_S if xs else 0.0
+    fig = Figure(figsize=FIGURE_INCHES)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.step(xs, ys, where="post", color="black", linewidth=0.8, label="ok appends / 100 ms")
+    top = max(ys, default=1) or 1
+    labelled: set[str] = set()
+    for w in fault_windows(history):
+        start = w.start_ns / 1e9
+        stop = w.end_ns / 1e9 if w.end_ns is not None else end_s
+        color = COLORS.get(w.f, "tab:gray")
+        ax.axvspan(start, stop, color=color, alpha=0.25, label=None if w.f in labelled else w.f)
+        labelled.add(w.f)
+        ax.text(start, top * 1.02, w.kind, rotation=90, fontsize=6, va="bottom", ha="left")
+    ax.set_xlim(0, end_s)
+    ax.set_ylim(0, top * 1.35)
+    ax.set_xlabel("seconds since the run started")
+    ax.set_ylabel("ok appends per 100 ms")
+    ax.legend(loc="upper right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
