@@ -115,8 +115,8 @@ class EntryReader:
     def read_meta(self, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
         """(terms, kinds, sizes) of entries lo..hi from the index records alone: what a reader
         that needs no bodies (an applier of the standalone server) asks for. Records are read
-        as big-endian 64-bit words and sliced in C (record = position, index, term,
-        size<<32 | kind<<16 | reserved); each chunk's first and last index fields are checked."""
+        as arrays of big-endian words of three widths and sliced in C; each run's first and
+        last index fields are checked."""
         terms: list[int] = []
         kinds: list[int] = []
         sizes: list[int] = []
@@ -128,17 +128,19 @@ class EntryReader:
                     self._index_label(index), 0, f"index file for index {index} is missing"
                 )
             stop = min(hi, file.last)
-            words = array("q", file.mm[file.offset(index) : file.offset(stop) + RECORD.size])
-            if sys.byteorder == "little":
+            raw = file.mm[file.offset(index) : file.offset(stop) + RECORD.size]
+            words, halves, shorts = array("q", raw), array("I", raw), array("H", raw)
+            if sys.byteorder == "little":  # the records are big-endian
                 words.byteswap()
+                halves.byteswap()
+                shorts.byteswap()
             if words[1] != index or words[-3] != stop:
                 raise CorruptEntry(
                     file.label, words[0], f"index records {index}..{stop} are not in order"
                 )
-            terms.extend(words[2::4])
-            packed = words[3::4]
-            sizes.extend(w >> 32 for w in packed)
-            kinds.extend((w >> 16) & 0xFFFF for w in packed)
+            terms.extend(words[2::4])  # a record is 4 words: position, index, term, the rest
+            sizes.extend(halves[6::8])  # ... 8 uint32s: size is the 7th
+            kinds.extend(shorts[14::16])  # ... 16 uint16s: kind is the 15th
             index = stop + 1
         return terms, kinds, sizes
 
