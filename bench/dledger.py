@@ -51,6 +51,7 @@ async def load(group: LocalGroup, clients: int, seconds: float) -> dict[str, Any
         assert leader is not None
         for _ in range(50):  # warm up: connections, first segment
             await client.append(body)
+        term_before = (await client.status(leader))["term"]
         stop_at = trio.current_time() + seconds
 
         async def appender() -> None:
@@ -70,8 +71,10 @@ async def load(group: LocalGroup, clients: int, seconds: float) -> dict[str, Any
             for _ in range(clients):
                 nursery.start_soon(appender)
         elapsed = time.perf_counter() - t0
+        terms_after = [(await client.status(n))["term"] for n in group.peers]
     return {
         "clients": clients,
+        "elections_during_load": max(terms_after) - term_before,  # 0: no flapping
         "acked": acked,
         "errors": errors,
         "seconds": round(elapsed, 2),
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-dledger-") as tmp:
         root = Path(tmp)
         print(
-            f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8}"
+            f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'elections':>9}"
         )
         for policy in policies:
             for clients in client_counts:
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["flush"] = policy
                 results["throughput"].append(r)
                 print(
-                    f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}"
+                    f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['elections_during_load']:>9}"
                 )
         fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
         results["failover"] = fo
