@@ -266,7 +266,11 @@ class Node:
                 task_status.started(listeners)
         finally:
             self.stopping = True
-            self._waiters.fail_all(Status.SHUTTING_DOWN, "the node is shutting down")
+            # Proposed appends are in the log and may still commit after a restart: unknown.
+            # Appends not yet proposed are surely not stored: the client may retry elsewhere.
+            self._waiters.fail_all(
+                Status.OUTCOME_UNKNOWN, "the node stopped before the append committed"
+            )
             for pending in self._pending:
                 pending.reply(Status.SHUTTING_DOWN, "the node is shutting down", {})
             self._pending.clear()
