@@ -3,6 +3,7 @@
     dledger-chaos run --target dledger --scenario leader-kill --duration 60 --seed 7 \\
         --out runs/leader-kill [--nodes 3|5]
     dledger-chaos check runs/leader-kill      re-judge a saved run, rewrite its report
+    dledger-chaos cleanup runs/leader-kill    remove what a run killed with -9 left behind
 
 Exit status: 0 when every must-hold check holds, 1 when one does not or the run could not be
 judged (no complete final read: verdict "unknown"), 2 when the run could not be set up (the
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history import HistoryUnreadable
-from chaos.run import RunConfig, SetupFailed, check_saved, run
+from chaos.run import RunConfig, SetupFailed, check_saved, cleanup_saved, run
 from chaos.schedule import SCENARIOS
 
 EXIT_SETUP = 2
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c = sub.add_parser("check", help="re-run the checkers on a saved run and rewrite its report")
     c.add_argument("run_dir", type=Path)
+    k = sub.add_parser(
+        "cleanup", help="remove the namespaces and scratch files of a run that was killed -9"
+    )
+    k.add_argument("run_dir", type=Path)
     return p
 
 
@@ -90,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             outcome = run(config)
             out = args.out
+        elif args.command == "cleanup":
+            removed = cleanup_saved(args.run_dir)
+            print("removed: " + (", ".join(removed) if removed else "nothing was left"))
+            return 0
         else:
             outcome = check_saved(args.run_dir)
             out = args.run_dir

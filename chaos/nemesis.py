@@ -149,7 +149,7 @@ class Nemesis:
         self, rng: random.Random, leader: str | None, value: dict[str, Any]
     ) -> Heal:
         victims = sorted(rng.sample(self.nodes, len(self.nodes) // 2 + 1))
-        value["leader_affected"] = leader in victims
+        value["leader_affected"] = True  # killed or not, it has no quorum until the restart
         return await self._kill(victims, value)
 
     async def _group_restart(

@@ -152,6 +152,20 @@ class Network:
         return problems
 
 
+def remove_run_namespaces(run_id: str) -> tuple[list[str], list[str]]:
+    """After a harness that could not clean up (kill -9): delete run `run_id`'s namespaces,
+    killing what is still inside. Returns (names removed, problems)."""
+    removed, problems = [], []
+    for name in run_namespaces(run_id):
+        problems.extend(kill_namespace_processes(name))
+        try:
+            commands.run(["ip", "netns", "del", name])
+            removed.append(name)
+        except commands.CommandFailed as err:
+            problems.append(str(err))
+    return removed, problems
+
+
 def kill_namespace_processes(name: str) -> list[str]:
     if not os.path.exists(os.path.join(NETNS_DIR, name)):
         return []

@@ -151,6 +151,10 @@ def write(
     return report
 
 
+def _round(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 1)
+
+
 def _fmt(value: Any) -> str:
     return "n/a" if value is None else str(value)
 
@@ -229,7 +233,7 @@ def markdown(report: dict[str, Any], history: Sequence[Op]) -> str:
         )
         lines.append(
             f"| {w.number} | {w.kind} | {w.start_ns / 1e9:.2f} | {healed} | {','.join(w.value.get('nodes', []))} "
-            f"| {_fmt(w.leader)} | {_fmt(f.get('ms'))} | {recovery} |"
+            f"| {_fmt(w.leader)} | {_fmt(_round(f.get('ms')))} | {recovery} |"
         )
     details = report["details"]
     for key in (

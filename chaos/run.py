@@ -30,7 +30,7 @@ import trio
 from chaos import capabilities, checks, final, report
 from chaos.history import HISTORY_FILE, HistoryWriter, RunClock, read_history
 from chaos.nemesis import Nemesis
-from chaos.net import Network, NetworkError, entered_namespace
+from chaos.net import Network, NetworkError, entered_namespace, remove_run_namespaces
 from chaos.schedule import SCENARIOS, interval_for, plan
 from chaos.targets.base import TargetStartFailed
 from chaos.targets.dledger import SERVER_ARGS, DLedgerTarget, node_names
@@ -157,6 +157,24 @@ def check_saved(out: Path) -> Outcome:
     evaluation = checks.evaluate(history, state)
     written = report.write(out, history, evaluation, info)
     return Outcome(evaluation.verdict, written)
+
+
+def cleanup_saved(out: Path) -> list[str]:
+    """What a run left behind when it could not clean up itself (the harness was killed with
+    -9): its namespaces and what runs in them, and its scratch directory, found by the names
+    recorded in run.json. Returns what was removed."""
+    run_json = out / RUN_JSON
+    if not run_json.exists():
+        raise SetupFailed(f"{run_json} does not exist: not a chaos run directory")
+    info = json.loads(run_json.read_text())
+    removed, problems = remove_run_namespaces(str(info["run_id"]))
+    scratch = Path(str(info.get("scratch", "")))
+    if info.get("scratch") and scratch.exists():
+        shutil.rmtree(scratch)
+        removed.append(str(scratch))
+    if problems:
+        raise SetupFailed("; ".join(problems))
+    return removed
 
 
 async def _drive(

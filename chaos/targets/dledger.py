@@ -28,7 +28,7 @@ from dledger.localgroup import LocalGroup
 
 GROUP = "g"
 PORT = 7000  # the same in every namespace: each replica is its own host
-SEGMENT_BYTES = 16 * limits.MiB  # small segments: rollover happens during a run
+SEGMENT_BYTES = 4 * limits.MiB  # small segments: rollover happens during a run (~70k entries)
 INDEX_RECORDS_PER_FILE = 1 << 16
 SERVER_ARGS = [
     "--segment-bytes",

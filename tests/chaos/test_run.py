@@ -153,3 +153,23 @@ def test_capability_messages_say_exactly_what_is_missing() -> None:
     assert "`ip` not found on PATH: install the iproute2 package" in text
     assert "`iptables-restore` not found on PATH" in text
     assert text.count("chaos cannot run here:") == len(found.missing) == 4
+
+
+@needs_root
+@pytest.mark.chaos
+def test_cleanup_removes_what_a_killed_harness_left_behind(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    p = chaos_run(out, "--scenario", "partition-halves", "--duration", "120", "--seed", "5")
+    try:
+        wait_for_fault(out, "partition", p)
+        p.kill()  # no finally runs in the harness: its replicas and namespaces stay
+        p.communicate(timeout=STOP_TIMEOUT_S)
+        assert any(x.startswith("namespace") for x in leftovers(out))
+        assert any(x.startswith("process") for x in leftovers(out))
+    finally:
+        cleaned = subprocess.run(
+            [*CLI, "cleanup", str(out)], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "removed: dlc-" in cleaned.stdout
+    assert leftovers(out) == []
