@@ -62,11 +62,19 @@ def divergent_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         F.col("names").isNull() | reduce_or([F.col(f) != F.col("m_" + f) for f in VERSION_FIELDS])
     )
     first = differing.groupBy("group", "replica").agg(
-        F.min(F.struct("index", "file", "position", *VERSION_FIELDS, "names",
-                       *("m_" + f for f in VERSION_FIELDS))).alias("at"),
+        F.min(
+            F.struct(
+                "index",
+                "file",
+                "position",
+                *VERSION_FIELDS,
+                "names",
+                *("m_" + f for f in VERSION_FIELDS),
+            )
+        ).alias("at"),
         F.count("*").alias("n"),
         F.max("index").alias("last"),
-    )  # fmt: skip
+    )
     against = F.when(
         F.col("at.names").isNull(), F.lit("no version is held by a majority of the holders")
     ).otherwise(
@@ -74,12 +82,20 @@ def divergent_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     )
     detail = F.format_string(
         "first divergent committed index: %s, but %s (%d divergent indexes, last %d)",
-        _version("at."), against, F.col("n"), F.col("last"),
-    )  # fmt: skip
+        _version("at."),
+        against,
+        F.col("n"),
+        F.col("last"),
+    )
     return finding(
-        first, "divergent_entry", ERROR, detail,
-        index=F.col("at.index"), file=F.col("at.file"), position=F.col("at.position"),
-    )  # fmt: skip
+        first,
+        "divergent_entry",
+        ERROR,
+        detail,
+        index=F.col("at.index"),
+        file=F.col("at.file"),
+        position=F.col("at.position"),
+    )
 
 
 def reduce_or(columns: list[Column]) -> Column:
@@ -120,10 +136,12 @@ def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         "group", F.explode(F.sequence(F.col("lo"), F.col("group_commit"))).alias("index")
     )
     nobody = every.join(held, ["group", "index"], "left_anti").select(
-        "group", "index", F.lit(0).cast("long").alias("held"),
+        "group",
+        "index",
+        F.lit(0).cast("long").alias("held"),
         F.array().cast("array<string>").alias("names"),
         F.lit(None).cast("struct<replica:string,file:string,position:long>").alias("at"),
-    )  # fmt: skip
+    )
     short = held.unionByName(nobody).join(groups, "group").where(F.col("held") < F.col("quorum"))
     starts = replicas.select("group", "start_index")
     away = (
@@ -139,12 +157,21 @@ def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     names = F.when(F.size("names") > 0, F.array_join("names", ", ")).otherwise(F.lit("none"))
     detail = F.format_string(
         "committed (group commit %d) but held by %d of %d replicas (%s); a quorum is %d",
-        F.col("group_commit"), F.col("held"), F.col("group_size"), names, F.col("quorum"),
-    )  # fmt: skip
+        F.col("group_commit"),
+        F.col("held"),
+        F.col("group_size"),
+        names,
+        F.col("quorum"),
+    )
     return finding(
-        short, "under_replicated", ERROR, detail,
-        replica=F.col("at.replica"), file=F.col("at.file"), position=F.col("at.position"),
-    )  # fmt: skip
+        short,
+        "under_replicated",
+        ERROR,
+        detail,
+        replica=F.col("at.replica"),
+        file=F.col("at.file"),
+        position=F.col("at.position"),
+    )
 
 
 # --- chaos history ---------------------------------------------------------------------------
@@ -177,17 +204,25 @@ def missing_appends(acked: DataFrame, bodies: DataFrame, replicas: DataFrame) ->
     missing = compared.where(~F.col("found") & F.col("index").isNotNull())
     why = (
         F.when(F.col("group_commit").isNull(), F.lit("no replica of this group was audited"))
-        .when(F.col("index") > F.col("group_commit"),
-              F.format_string("past the group commit index %d", F.col("group_commit")))
+        .when(
+            F.col("index") > F.col("group_commit"),
+            F.format_string("past the group commit index %d", F.col("group_commit")),
+        )
         .when(F.col("copies") == 0, F.lit("no replica holds a sound committed entry there"))
-        .otherwise(F.format_string("the committed entry there has another body (%d bytes)",
-                                   F.length("body")))
-    )  # fmt: skip
+        .otherwise(
+            F.format_string(
+                "the committed entry there has another body (%d bytes)", F.length("body")
+            )
+        )
+    )
     detail = F.format_string(
         "acknowledged append %s (process %s, time_ns %d) at index %d: %s",
-        F.format_string("%s", F.to_json(F.struct("value"))), F.col("process"), F.col("time_ns"),
-        F.col("index"), why,
-    )  # fmt: skip
+        F.format_string("%s", F.to_json(F.struct("value"))),
+        F.col("process"),
+        F.col("time_ns"),
+        F.col("index"),
+        why,
+    )
     unchecked = acked.where(F.col("index").isNull())
     return finding(missing, "missing_append", ERROR, detail).unionByName(
         finding(

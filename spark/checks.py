@@ -26,9 +26,17 @@ FINDING_SCHEMA = (
     "position long, detail string"
 )
 REPLICA_COLUMNS = (
-    "group", "replica", "segment_bytes", "start_index", "start_prev_term", "start_position",
-    "commit_index", "group_size", "quorum", "group_commit",
-)  # fmt: skip
+    "group",
+    "replica",
+    "segment_bytes",
+    "start_index",
+    "start_prev_term",
+    "start_position",
+    "commit_index",
+    "group_size",
+    "quorum",
+    "group_commit",
+)
 ERROR, NOTE, UNREADABLE = "error", "note", "unreadable"
 
 
@@ -95,8 +103,9 @@ def _with_expected_position(entries: DataFrame, replicas: DataFrame) -> DataFram
         .when(F.col("prev_after_magic") == formats.BLANK_MAGIC, prev_end + F.col("prev_after_size"))
         .otherwise(prev_end)
     )
-    sizes = replicas.select("group", "replica", "segment_bytes", "start_index", "start_position",
-                            "start_prev_term")  # fmt: skip
+    sizes = replicas.select(
+        "group", "replica", "segment_bytes", "start_index", "start_position", "start_prev_term"
+    )
     return entries.join(F.broadcast(sizes), ["group", "replica"]).withColumn("expected", expected)
 
 
@@ -113,10 +122,14 @@ def unreadable_files(entries: DataFrame) -> DataFrame:
         F.min(F.struct("index", "file", "position")).alias("at"), F.count("*").alias("n")
     )
     return finding(
-        first, "unreadable", UNREADABLE,
+        first,
+        "unreadable",
+        UNREADABLE,
         F.format_string("%s (%d entries not read)", F.col("io_error"), F.col("n")),
-        index=F.col("at.index"), file=F.col("at.file"), position=F.col("at.position"),
-    )  # fmt: skip
+        index=F.col("at.index"),
+        file=F.col("at.file"),
+        position=F.col("at.position"),
+    )
 
 
 def malformed_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
@@ -127,23 +140,36 @@ def malformed_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     no_header = F.col("defect").isNotNull() | ~F.col("header_ok")
     reason = (
         F.when(F.col("defect").isNotNull(), F.col("defect"))
-        .when(F.col("magic") != formats.ENTRY_MAGIC,
-              F.format_string("magic 0x%08X is not an entry's", F.col("magic")))
-        .when(~F.col("header_ok") & (F.col("size") >= formats.ENTRY_HEADER_BYTES)
-              & (F.col("size") <= formats.ENTRY_BYTES_MAX)
-              & (F.col("position") % F.col("segment_bytes") + F.col("size")
-                 > F.col("segment_bytes")),
-              F.format_string("size %d runs past the segment end", F.col("size")))
-        .when(~F.col("header_ok") & ((F.col("size") < formats.ENTRY_HEADER_BYTES)
-                                     | (F.col("size") > formats.ENTRY_BYTES_MAX)),
-              F.format_string("size %d out of bounds", F.col("size")))
+        .when(
+            F.col("magic") != formats.ENTRY_MAGIC,
+            F.format_string("magic 0x%08X is not an entry's", F.col("magic")),
+        )
+        .when(
+            ~F.col("header_ok")
+            & (F.col("size") >= formats.ENTRY_HEADER_BYTES)
+            & (F.col("size") <= formats.ENTRY_BYTES_MAX)
+            & (F.col("position") % F.col("segment_bytes") + F.col("size") > F.col("segment_bytes")),
+            F.format_string("size %d runs past the segment end", F.col("size")),
+        )
+        .when(
+            ~F.col("header_ok")
+            & (
+                (F.col("size") < formats.ENTRY_HEADER_BYTES)
+                | (F.col("size") > formats.ENTRY_BYTES_MAX)
+            ),
+            F.format_string("size %d out of bounds", F.col("size")),
+        )
         .when(~F.col("header_ok"), F.lit("header crc mismatch"))
-        .when(F.col("h_position") != F.col("position"),
-              F.format_string("header says position %d", F.col("h_position")))
-        .when(~F.col("kind").isin(*formats.ENTRY_KINDS),
-              F.format_string("unknown kind %d", F.col("kind")))
+        .when(
+            F.col("h_position") != F.col("position"),
+            F.format_string("header says position %d", F.col("h_position")),
+        )
+        .when(
+            ~F.col("kind").isin(*formats.ENTRY_KINDS),
+            F.format_string("unknown kind %d", F.col("kind")),
+        )
         .when(~F.col("body_ok"), F.lit("body crc mismatch"))
-    )  # fmt: skip
+    )
     own_index = F.col("h_index") == F.col("index")
     bad = e.where(
         (no_header & ~_points_elsewhere()) | (~no_header & own_index & reason.isNotNull())
@@ -158,22 +184,27 @@ def index_mismatches(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     sound = F.col("defect").isNull() & F.col("header_ok")
 
     def differs(field: str, record: str, header: str) -> Column:
-        return F.when(F.col(record) != F.col(header), F.format_string(
-            f"{field}: record %d, entry %d", F.col(record), F.col(header)))  # fmt: skip
+        return F.when(
+            F.col(record) != F.col(header),
+            F.format_string(f"{field}: record %d, entry %d", F.col(record), F.col(header)),
+        )
 
     fields = F.concat_ws(
         "; ",
-        F.when(F.col("rec_index") != F.col("index"),
-               F.format_string("index: record %d in slot %d", F.col("rec_index"), F.col("index"))),
+        F.when(
+            F.col("rec_index") != F.col("index"),
+            F.format_string("index: record %d in slot %d", F.col("rec_index"), F.col("index")),
+        ),
         differs("index", "index", "h_index"),
         differs("term", "rec_term", "term"),
         differs("size", "rec_size", "size"),
         differs("kind", "rec_kind", "kind"),
-    )  # fmt: skip
+    )
     moved = F.format_string(
         "position: record %d, but the data holds the entry at %d",
-        F.col("rec_position"), F.col("expected"),
-    )  # fmt: skip
+        F.col("rec_position"),
+        F.col("expected"),
+    )
     bad = e.where((sound & (fields != "")) | (~sound & _points_elsewhere()))
     first_slot = F.substring_index(F.col("index_file"), "/", -1).cast("long")
     detail = F.format_string(
@@ -192,14 +223,24 @@ def position_breaks(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     left = seg - F.col("prev_end") % seg  # bytes left in the segment after the entry before
     blank = F.col("prev_after_magic") == formats.BLANK_MAGIC
     reason = (
-        F.when(blank & (F.col("prev_after_size") != left),
-               F.format_string("blank record at %d has size %d, the segment has %d left",
-                               F.col("prev_end"), F.col("prev_after_size"), left))
-        .when(F.col("prev_end").isNotNull() & (left < seg) & (left < formats.BLANK_BYTES_MIN),
-              F.format_string("entry before leaves %d bytes in its segment", left))
-        .when(F.col("expected").isNotNull() & (F.col("position") != F.col("expected")),
-              F.format_string("starts at %d, expected %d", F.col("position"), F.col("expected")))
-    )  # fmt: skip
+        F.when(
+            blank & (F.col("prev_after_size") != left),
+            F.format_string(
+                "blank record at %d has size %d, the segment has %d left",
+                F.col("prev_end"),
+                F.col("prev_after_size"),
+                left,
+            ),
+        )
+        .when(
+            F.col("prev_end").isNotNull() & (left < seg) & (left < formats.BLANK_BYTES_MIN),
+            F.format_string("entry before leaves %d bytes in its segment", left),
+        )
+        .when(
+            F.col("expected").isNotNull() & (F.col("position") != F.col("expected")),
+            F.format_string("starts at %d, expected %d", F.col("position"), F.col("expected")),
+        )
+    )
     return finding(e.where(reason.isNotNull()), "position_break", ERROR, reason)
 
 
@@ -211,9 +252,11 @@ def term_regressions(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     )
     bad = e.where(before.isNotNull() & (F.col("term") < before))
     return finding(
-        bad, "term_regression", ERROR,
+        bad,
+        "term_regression",
+        ERROR,
         F.format_string("term %d after term %d", F.col("term"), before),
-    )  # fmt: skip
+    )
 
 
 def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
@@ -225,8 +268,9 @@ def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     )
     spans = spans.join(replicas.select("group", "replica", "start_index"), ["group", "replica"])
     head = spans.where(F.col("lo") > F.col("start_index"))
-    head_gaps = head.select("group", "replica", F.col("start_index").alias("gap_lo"),
-                            (F.col("lo") - 1).alias("gap_hi"))  # fmt: skip
+    head_gaps = head.select(
+        "group", "replica", F.col("start_index").alias("gap_lo"), (F.col("lo") - 1).alias("gap_hi")
+    )
     broken = spans.where(F.col("n") != F.col("hi") - F.col("lo") + 1).select("group", "replica")
     rows = entries.join(broken, ["group", "replica"]).select("group", "replica", "index")
     successors = rows.select("group", "replica", (F.col("index") - 1).alias("index"))
@@ -251,11 +295,17 @@ def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     )
     gaps = head_gaps.unionByName(inner)
     return finding(
-        gaps, "index_gap", ERROR,
-        F.format_string("indexes %d..%d have no index record (%d missing)", F.col("gap_lo"),
-                        F.col("gap_hi"), F.col("gap_hi") - F.col("gap_lo") + 1),
+        gaps,
+        "index_gap",
+        ERROR,
+        F.format_string(
+            "indexes %d..%d have no index record (%d missing)",
+            F.col("gap_lo"),
+            F.col("gap_hi"),
+            F.col("gap_hi") - F.col("gap_lo") + 1,
+        ),
         index=F.col("gap_lo"),
-    )  # fmt: skip
+    )
 
 
 def replica_spans(entries: DataFrame) -> DataFrame:
@@ -277,11 +327,18 @@ def checkpoints_outside_log(entries: DataFrame, replicas: DataFrame) -> DataFram
         (F.col("commit_index") > last) | (F.col("commit_index") < F.col("start_index") - 1)
     )
     return finding(
-        bad, "checkpoint_outside_log", ERROR,
-        F.format_string("checkpoint commit index %d is outside the log %d..%d",
-                        F.col("commit_index"), F.col("start_index"), last),
-        index=F.col("commit_index"), file=F.lit("checkpoint"),
-    )  # fmt: skip
+        bad,
+        "checkpoint_outside_log",
+        ERROR,
+        F.format_string(
+            "checkpoint commit index %d is outside the log %d..%d",
+            F.col("commit_index"),
+            F.col("start_index"),
+            last,
+        ),
+        index=F.col("commit_index"),
+        file=F.lit("checkpoint"),
+    )
 
 
 def uncommitted_tails(entries: DataFrame, replicas: DataFrame) -> DataFrame:
@@ -295,11 +352,20 @@ def uncommitted_tails(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         F.count("*").alias("n"),
     )
     return finding(
-        spans, "uncommitted_tail", NOTE,
-        F.format_string("%d entries %d..%d past this replica's commit index %d", F.col("n"),
-                        F.col("first.index"), F.col("last"), F.col("commit_index")),
-        index=F.col("first.index"), file=F.col("first.file"), position=F.col("first.position"),
-    )  # fmt: skip
+        spans,
+        "uncommitted_tail",
+        NOTE,
+        F.format_string(
+            "%d entries %d..%d past this replica's commit index %d",
+            F.col("n"),
+            F.col("first.index"),
+            F.col("last"),
+            F.col("commit_index"),
+        ),
+        index=F.col("first.index"),
+        file=F.col("first.file"),
+        position=F.col("first.position"),
+    )
 
 
 def unindexed_data(entries: DataFrame) -> DataFrame:
@@ -312,8 +378,11 @@ def unindexed_data(entries: DataFrame) -> DataFrame:
         F.format_string("bytes 0x%08X", F.col("after_magic"))
     )
     return finding(
-        stray, "unindexed_data", NOTE,
-        F.format_string("%s at %d after the last indexed entry", what,
-                        F.col("position") + F.col("size")),
+        stray,
+        "unindexed_data",
+        NOTE,
+        F.format_string(
+            "%s at %d after the last indexed entry", what, F.col("position") + F.col("size")
+        ),
         position=F.col("position") + F.col("size"),
-    )  # fmt: skip
+    )

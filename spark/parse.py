@@ -66,13 +66,22 @@ class Entries:
     def empty(cls, n: int) -> Entries:
         zeros = np.zeros(n, dtype=np.int64)
         return cls(
-            file=[""] * n, defect=[None] * n, io_error=[None] * n,
-            no_header=np.ones(n, dtype=bool), magic=zeros.copy(), size=zeros.copy(),
-            index=zeros.copy(), term=zeros.copy(), position=zeros.copy(),
-            kind=np.zeros(n, dtype=np.int32), body_crc=zeros.copy(),
-            header_ok=np.zeros(n, dtype=bool), body_ok=np.zeros(n, dtype=bool),
-            after_magic=np.full(n, -1, dtype=np.int64), after_size=np.full(n, -1, dtype=np.int64),
-        )  # fmt: skip
+            file=[""] * n,
+            defect=[None] * n,
+            io_error=[None] * n,
+            no_header=np.ones(n, dtype=bool),
+            magic=zeros.copy(),
+            size=zeros.copy(),
+            index=zeros.copy(),
+            term=zeros.copy(),
+            position=zeros.copy(),
+            kind=np.zeros(n, dtype=np.int32),
+            body_crc=zeros.copy(),
+            header_ok=np.zeros(n, dtype=bool),
+            body_ok=np.zeros(n, dtype=bool),
+            after_magic=np.full(n, -1, dtype=np.int64),
+            after_size=np.full(n, -1, dtype=np.int64),
+        )
 
 
 class Files:

@@ -223,8 +223,14 @@ def read_bodies(
                     segment_at + formats.ENTRY_HEADER_BYTES,
                     row["size"] - formats.ENTRY_HEADER_BYTES,
                 ).tobytes()
-            rows.append({"group": row["group"], "index": row["index"],
-                         "replica": row["replica"], "body": body})  # fmt: skip
+            rows.append(
+                {
+                    "group": row["group"],
+                    "index": row["index"],
+                    "replica": row["replica"],
+                    "body": body,
+                }
+            )
             held += len(body)
             if held >= BODY_BATCH_BYTES_MAX:
                 yield pa.RecordBatch.from_pylist(rows, schema=BODY_SCHEMA)

@@ -30,17 +30,35 @@ def healthy_log(
         first_slot = formats.index_file_first(index, RECORDS_PER_FILE)
         segment = position - position % SEGMENT_BYTES
         row = {
-            "group": group, "replica": replica, "index": index,
+            "group": group,
+            "replica": replica,
+            "index": index,
             "index_file": "index/" + formats.file_name(first_slot),
-            "rec_position": position, "rec_index": index, "rec_term": term, "rec_size": size,
-            "rec_kind": 0, "file": "data/" + formats.file_name(segment), "position": position,
-            "defect": None, "io_error": None, "magic": formats.ENTRY_MAGIC, "size": size,
-            "h_index": index, "term": term, "h_position": position, "kind": 0,
-            "body_crc": (crcs or [0x1234] * len(terms))[k], "header_ok": True, "body_ok": True,
-            "after_magic": formats.END_MAGIC, "after_size": 0,
-            "prev_end": None, "prev_term": None, "prev_after_magic": None,
+            "rec_position": position,
+            "rec_index": index,
+            "rec_term": term,
+            "rec_size": size,
+            "rec_kind": 0,
+            "file": "data/" + formats.file_name(segment),
+            "position": position,
+            "defect": None,
+            "io_error": None,
+            "magic": formats.ENTRY_MAGIC,
+            "size": size,
+            "h_index": index,
+            "term": term,
+            "h_position": position,
+            "kind": 0,
+            "body_crc": (crcs or [0x1234] * len(terms))[k],
+            "header_ok": True,
+            "body_ok": True,
+            "after_magic": formats.END_MAGIC,
+            "after_size": 0,
+            "prev_end": None,
+            "prev_term": None,
+            "prev_after_magic": None,
             "prev_after_size": None,
-        }  # fmt: skip
+        }
         if rows:
             before = rows[-1]
             if before["after_magic"] == formats.END_MAGIC:
@@ -68,8 +86,20 @@ def replicas_frame(
     for (group, replica), commit in sorted(commits.items()):
         size = sum(1 for g, _ in commits if g == group)
         group_commit = max(c for (g, _), c in commits.items() if g == group)
-        rows.append((group, replica, SEGMENT_BYTES, start_index, 0, 0, commit, size,
-                     size // 2 + 1, group_commit))  # fmt: skip
+        rows.append(
+            (
+                group,
+                replica,
+                SEGMENT_BYTES,
+                start_index,
+                0,
+                0,
+                commit,
+                size,
+                size // 2 + 1,
+                group_commit,
+            )
+        )
     schema = (
         "group string, replica string, segment_bytes long, start_index long, "
         "start_prev_term long, start_position long, commit_index long, group_size long, "

@@ -1,0 +1,132 @@
+"""The audit as one Spark job: read every replica once, run every check, collect the results.
+
+The entries DataFrame is persisted after the first action so that the checks, which each scan
+it, do not read the files again. Findings are small in a healthy store; when a store is badly
+broken they can be many, so the driver collects only counts and the first EXAMPLES_MAX of each
+kind, and the full list is written by Spark as JSON lines under the output directory.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from spark import agreement, checks, read
+from spark.history import AckedAppend
+from spark.layout import Replica
+from spark.progress import Progress
+
+EXAMPLES_MAX = 20  # findings of one kind shown in report.json and report.html
+
+
+@attrs.frozen
+class Outcome:
+    """What the driver collected: enough for report.json, report.html and the summary."""
+
+    spans: list[dict[str, Any]]  # per replica: entries, first_index, last_index, bytes
+    counts: list[dict[str, Any]]  # per finding kind: kind, severity, count
+    examples: list[dict[str, Any]]  # the first EXAMPLES_MAX findings of every kind
+    entries_checked: int
+    tasks: int
+    acked: int
+
+
+def replica_rows(replicas: Sequence[Replica]) -> list[tuple[Any, ...]]:
+    """REPLICA_COLUMNS for each replica: its group's size, quorum and commit index."""
+    rows = []
+    for r in replicas:
+        group = [x for x in replicas if x.group == r.group]
+        rows.append(
+            (
+                r.group,
+                r.name,
+                r.segment_bytes,
+                r.start_index,
+                r.start_prev_term,
+                r.start_position,
+                r.commit_index,
+                len(group),
+                len(group) // 2 + 1,
+                max(x.commit_index for x in group),
+            )
+        )
+    return rows
+
+
+REPLICA_SCHEMA = (
+    "group string, replica string, segment_bytes long, start_index long, start_prev_term long, "
+    "start_position long, commit_index long, group_size long, quorum long, group_commit long"
+)
+ACKED_SCHEMA = "group string, index long, value string, process string, time_ns long"
+
+
+def all_findings(
+    entries: DataFrame, replicas: DataFrame, history: DataFrame | None, bodies: DataFrame | None
+) -> DataFrame:
+    """Every check's findings in one DataFrame (checks.FINDING_COLUMNS)."""
+    found = [
+        checks.unreadable_files(entries),
+        checks.malformed_entries(entries, replicas),
+        checks.index_mismatches(entries, replicas),
+        checks.position_breaks(entries, replicas),
+        checks.term_regressions(entries, replicas),
+        checks.index_gaps(entries, replicas),
+        checks.checkpoints_outside_log(entries, replicas),
+        checks.uncommitted_tails(entries, replicas),
+        checks.unindexed_data(entries),
+        agreement.divergent_entries(entries, replicas),
+        agreement.under_replicated(entries, replicas),
+    ]
+    if history is not None and bodies is not None:
+        found.append(agreement.missing_appends(history, bodies, replicas))
+    return checks.union(found)
+
+
+def run(
+    spark: SparkSession,
+    replicas: Sequence[Replica],
+    acked: Sequence[AckedAppend] | None,
+    out_dir: str,
+    progress: Progress,
+) -> Outcome:
+    tasks = len(read.plan(replicas))
+    progress.step(f"reading {len(replicas)} replicas in {tasks} tasks")
+    entries = read.entries(spark, replicas).persist(StorageLevel.MEMORY_AND_DISK)
+    replicas_df = spark.createDataFrame(replica_rows(replicas), REPLICA_SCHEMA)
+    spans = [row.asDict() for row in checks.replica_spans(entries).collect()]
+    entries_checked = sum(int(s["entries"]) for s in spans)
+    progress.step(f"read {entries_checked} entries; checking")
+    history = bodies = None
+    if acked is not None:
+        rows = [(a.group, a.index, a.value, a.process, a.time_ns) for a in acked]
+        history = spark.createDataFrame(rows, ACKED_SCHEMA)
+        wanted = agreement.history_wanted(history, entries, replicas_df)
+        bodies = read.bodies(spark, replicas, wanted)
+    findings = all_findings(entries, replicas_df, history, bodies).persist()
+    counts = [
+        row.asDict()
+        for row in findings.groupBy("kind", "severity").count().orderBy("kind").collect()
+    ]
+    progress.step(f"{sum(c['count'] for c in counts)} findings; writing them")
+    order = Window.partitionBy("kind").orderBy("group", "replica", "index", "position", "detail")
+    examples = [
+        row.asDict()
+        for row in findings.withColumn("n", F.row_number().over(order))
+        .where(F.col("n") <= EXAMPLES_MAX)
+        .drop("n")
+        .orderBy("kind", "group", "replica", "index", "position", "detail")
+        .collect()
+    ]
+    if counts:
+        findings.orderBy("kind", "group", "replica", "index").coalesce(1).write.mode(
+            "overwrite"
+        ).json(posixpath.join(out_dir, "findings"))
+    findings.unpersist()
+    entries.unpersist()
+    return Outcome(spans, counts, examples, entries_checked, tasks, len(acked or ()))

@@ -1,0 +1,225 @@
+"""report.json (stable keys), report.html (a table per group, a chart) and the stdout summary.
+
+report.json keys, always present: verdict, exit_code, master, stores, history, elapsed_s,
+entries_checked, tasks, groups, replicas, commit_index, findings. `findings` maps every kind
+that occurred to {severity, count, examples}; a consistent audit has an empty map.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from spark.job import Outcome
+from spark.layout import Replica
+
+EXIT_CONSISTENT, EXIT_INCONSISTENT, EXIT_UNREADABLE = 0, 1, 2
+VERDICTS = {
+    EXIT_CONSISTENT: "consistent",
+    EXIT_INCONSISTENT: "inconsistent",
+    EXIT_UNREADABLE: "unreadable",
+}
+
+
+def exit_code(outcome: Outcome) -> int:
+    severities = {c["severity"] for c in outcome.counts}
+    if "unreadable" in severities:
+        return EXIT_UNREADABLE
+    return EXIT_INCONSISTENT if "error" in severities else EXIT_CONSISTENT
+
+
+def build(
+    outcome: Outcome,
+    replicas: Sequence[Replica],
+    *,
+    master: str,
+    stores: Sequence[str],
+    history: str | None,
+    elapsed_s: float,
+) -> dict[str, Any]:
+    code = exit_code(outcome)
+    spans = {(s["group"], s["replica"]): s for s in outcome.spans}
+    groups: dict[str, dict[str, Any]] = {}
+    for r in replicas:
+        g = groups.setdefault(r.group, {"group": r.group, "replicas": [], "commit_index": 0})
+        g["replicas"].append(r.name)
+        g["commit_index"] = max(g["commit_index"], r.commit_index)
+    for g in groups.values():
+        g["quorum"] = len(g["replicas"]) // 2 + 1
+    findings: dict[str, dict[str, Any]] = {}
+    for c in outcome.counts:
+        findings[c["kind"]] = {"severity": c["severity"], "count": c["count"], "examples": []}
+    for e in outcome.examples:
+        findings[e["kind"]]["examples"].append(
+            {k: e[k] for k in ("group", "replica", "index", "file", "position", "detail")}
+        )
+    return {
+        "verdict": VERDICTS[code],
+        "exit_code": code,
+        "master": master,
+        "stores": list(stores),
+        "history": None if history is None else {"file": history, "acknowledged": outcome.acked},
+        "elapsed_s": round(elapsed_s, 3),
+        "entries_checked": outcome.entries_checked,
+        "tasks": outcome.tasks,
+        "groups": [groups[name] for name in sorted(groups)],
+        "replicas": [
+            {
+                "group": r.group,
+                "replica": r.name,
+                "store": r.uri,
+                "entries": int(spans.get((r.group, r.name), {}).get("entries") or 0),
+                "first_index": spans.get((r.group, r.name), {}).get("first_index"),
+                "last_index": spans.get((r.group, r.name), {}).get("last_index"),
+                "bytes": int(spans.get((r.group, r.name), {}).get("bytes") or 0),
+                "start_index": r.start_index,
+                "commit_index": r.commit_index,
+                "applied_index": r.applied_index,
+                "segment_bytes": r.segment_bytes,
+            }
+            for r in replicas
+        ],
+        "commit_index": {name: groups[name]["commit_index"] for name in sorted(groups)},
+        "findings": {kind: findings[kind] for kind in sorted(findings)},
+    }
+
+
+def summary(report: dict[str, Any]) -> str:
+    """The human summary printed on stdout."""
+    lines = [
+        f"dledger-audit: {report['verdict'].upper()}: {report['entries_checked']} entries of "
+        f"{len(report['replicas'])} replicas in {len(report['groups'])} groups checked in "
+        f"{report['elapsed_s']:.1f}s"
+    ]
+    for g in report["groups"]:
+        lines.append(
+            f"  group {g['group']}: commit index {g['commit_index']}, replicas "
+            f"{', '.join(g['replicas'])} (quorum {g['quorum']})"
+        )
+    for r in report["replicas"]:
+        lines.append(
+            f"    {r['group']}/{r['replica']}: {r['entries']} entries "
+            f"{r['first_index']}..{r['last_index']}, commit {r['commit_index']}"
+        )
+    for kind, f in report["findings"].items():
+        lines.append(f"  {f['severity']:<10} {kind}: {f['count']}")
+        for e in f["examples"][:3]:
+            lines.append(
+                f"      {e['group']}/{e['replica']} index {e['index']} {e['file']} "
+                f"position {e['position']}: {e['detail']}"
+            )
+    if report["history"] is not None:
+        lines.append(
+            f"  history {report['history']['file']}: "
+            f"{report['history']['acknowledged']} acknowledged appends"
+        )
+    return "\n".join(lines)
+
+
+def chart_png(report: dict[str, Any]) -> bytes:
+    """A bar chart of entries per replica, grouped by group (matplotlib, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    labels = [f"{r['group']}/{r['replica']}" for r in report["replicas"]]
+    values = [r["entries"] for r in report["replicas"]]
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(labels) + 2), 3.2))
+    ax.bar(labels, values, color="#4a7ab5")
+    ax.set_ylabel("entries")
+    ax.set_title("entries per replica")
+    ax.tick_params(axis="x", labelrotation=45)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def to_html(report: dict[str, Any]) -> str:
+    esc = html.escape
+
+    def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+        head = "".join(f"<th>{esc(h)}</th>" for h in header)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc('' if v is None else str(v))}</td>" for v in row) + "</tr>"
+            for row in rows
+        )
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>dledger audit</title>",
+        "<style>body{font-family:sans-serif} table{border-collapse:collapse;margin:8px 0}"
+        "td,th{border:1px solid #bbb;padding:2px 8px;text-align:left}"
+        ".consistent{color:#262} .inconsistent,.unreadable{color:#a22}</style></head><body>",
+        f"<h1>dledger audit: <span class='{esc(report['verdict'])}'>"
+        f"{esc(report['verdict'])}</span></h1>",
+        f"<p>{report['entries_checked']} entries checked in {report['elapsed_s']:.1f}s "
+        f"on {esc(report['master'])}</p>",
+    ]
+    for g in report["groups"]:
+        parts.append(
+            f"<h2>group {esc(g['group'])}: commit index {g['commit_index']}, "
+            f"quorum {g['quorum']}</h2>"
+        )
+        rows = [
+            [
+                r["replica"],
+                r["entries"],
+                r["first_index"],
+                r["last_index"],
+                r["commit_index"],
+                r["applied_index"],
+                r["bytes"],
+                r["store"],
+            ]
+            for r in report["replicas"]
+            if r["group"] == g["group"]
+        ]
+        parts.append(
+            table(
+                ["replica", "entries", "first", "last", "commit", "applied", "bytes", "store"], rows
+            )
+        )
+        found = [
+            [kind, f["severity"], e["replica"], e["index"], e["file"], e["position"], e["detail"]]
+            for kind, f in report["findings"].items()
+            for e in f["examples"]
+            if e["group"] == g["group"]
+        ]
+        if found:
+            parts.append(
+                table(
+                    ["finding", "severity", "replica", "index", "file", "position", "detail"], found
+                )
+            )
+    counts = [[k, f["severity"], f["count"]] for k, f in report["findings"].items()]
+    parts.append(
+        "<h2>findings</h2>"
+        + (table(["kind", "severity", "count"], counts) if counts else "<p>none</p>")
+    )
+    png = base64.b64encode(chart_png(report)).decode("ascii")
+    parts.append(
+        f"<h2>entries per replica</h2><img alt='entries per replica' "
+        f"src='data:image/png;base64,{png}'>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write(report: dict[str, Any], out_dir: str) -> None:
+    """report.json and report.html under `out_dir`, each written whole then renamed."""
+    for name, text in (
+        ("report.json", json.dumps(report, indent=2, sort_keys=True) + "\n"),
+        ("report.html", to_html(report)),
+    ):
+        path = os.path.join(out_dir, name)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)

@@ -1,0 +1,278 @@
+"""Each audit rule on a handful of literal rows (local[1]), asserting its exact findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from spark import agreement, checks, formats, job
+from tests.spark.rows import SEGMENT_BYTES, entries_frame, healthy_log, replicas_frame
+
+pytestmark = pytest.mark.spark
+
+TERMS = [1, 1, 1, 2, 2, 2, 2, 3, 3, 3]
+COMMITS = {("g", "n0"): 10, ("g", "n1"): 10, ("g", "n2"): 10}
+
+
+def group_rows(**overrides: Any) -> list[dict[str, Any]]:
+    return [row for r in ("n0", "n1", "n2") for row in healthy_log("g", r, TERMS, **overrides)]
+
+
+def row(rows: list[dict[str, Any]], replica: str, index: int) -> dict[str, Any]:
+    (found,) = [r for r in rows if r["replica"] == replica and r["index"] == index]
+    return found
+
+
+def assert_findings(found: DataFrame, *expected: tuple[Any, ...]) -> None:
+    """Exact rows, every column. (pyspark.testing.assertDataFrameEqual would do, but it imports
+    pyspark.pandas, which fails to import under pandas 3.)"""
+    assert found.columns == list(checks.FINDING_COLUMNS)
+    assert sorted(tuple(r) for r in found.collect()) == sorted(expected)
+
+
+def test_a_healthy_group_has_no_findings(spark: SparkSession) -> None:
+    entries = entries_frame(spark, group_rows())
+    found = job.all_findings(entries, replicas_frame(spark, COMMITS), None, None)
+    assert found.collect() == []
+
+
+def test_healthy_rows_cross_segments_with_blank_records() -> None:
+    rows = healthy_log("g", "n0", TERMS)  # 1000-byte entries, 4096-byte segments
+    assert [r["position"] for r in rows[:5]] == [0, 1000, 2000, 3000, SEGMENT_BYTES]
+    assert rows[3]["after_magic"] == formats.BLANK_MAGIC and rows[3]["after_size"] == 96
+
+
+def test_corrupt_body_is_one_malformed_entry(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n1", 5)["body_ok"] = False
+    found = checks.malformed_entries(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    position = row(rows, "n1", 5)["position"]
+    assert_findings(
+        found,
+        (
+            "malformed_entry",
+            "error",
+            "g",
+            "n1",
+            5,
+            "data/" + formats.file_name(SEGMENT_BYTES),
+            position,
+            "body crc mismatch",
+        ),
+    )
+    # a corrupt copy is not held, so it is not also a divergence
+    both = job.all_findings(entries_frame(spark, rows), replicas_frame(spark, COMMITS), None, None)
+    assert [r.kind for r in both.collect()] == ["malformed_entry"]
+
+
+def test_bad_magic_where_the_data_expects_the_entry_is_malformed(spark: SparkSession) -> None:
+    rows = group_rows()
+    bad = row(rows, "n2", 3)
+    bad.update(magic=0x01020304, header_ok=False, body_ok=None)
+    found = checks.malformed_entries(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert [(r.replica, r["index"], r.detail) for r in found.collect()] == [
+        ("n2", 3, "magic 0x01020304 is not an entry's")
+    ]
+
+
+def test_index_record_with_another_term_is_an_index_mismatch(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n0", 6)["rec_term"] = 9
+    found = checks.index_mismatches(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert_findings(
+        found,
+        (
+            "index_mismatch",
+            "error",
+            "g",
+            "n0",
+            6,
+            "index/" + formats.file_name(1),
+            row(rows, "n0", 6)["position"],
+            "record at byte 160: term: record 9, entry 2",
+        ),
+    )
+
+
+def test_index_record_pointing_elsewhere_is_an_index_mismatch(spark: SparkSession) -> None:
+    rows = group_rows()
+    moved = row(rows, "n0", 2)
+    moved.update(rec_position=1500, position=1500, magic=0x55555555, header_ok=False, body_ok=None)
+    entries, replicas = entries_frame(spark, rows), replicas_frame(spark, COMMITS)
+    found = checks.index_mismatches(entries, replicas).collect()
+    assert [(r.replica, r["index"], r.detail) for r in found] == [
+        ("n0", 2, "record at byte 32: position: record 1500, but the data holds the entry at 1000")
+    ]
+    assert checks.malformed_entries(entries, replicas).collect() == []
+
+
+def test_entry_not_where_the_one_before_ends_is_a_position_break(spark: SparkSession) -> None:
+    rows = group_rows()
+    for r in rows:
+        if r["replica"] == "n1" and r["index"] == 2:
+            r.update(position=1004, rec_position=1004, h_position=1004)
+    found = checks.position_breaks(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert [(r.replica, r["index"], r.position, r.detail) for r in found.collect()] == [
+        ("n1", 2, 1004, "starts at 1004, expected 1000")
+    ]
+
+
+def test_blank_record_of_the_wrong_size_is_a_position_break(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n2", 5)["prev_after_size"] = 90
+    found = checks.position_breaks(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert [(r.replica, r["index"], r.detail) for r in found.collect()] == [
+        ("n2", 5, "blank record at 4000 has size 90, the segment has 96 left")
+    ]
+
+
+def test_lower_term_after_higher_is_a_term_regression(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n0", 9).update(term=1, rec_term=1)
+    row(rows, "n0", 10)["prev_term"] = 1
+    found = checks.term_regressions(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert [(r.replica, r["index"], r.detail) for r in found.collect()] == [
+        ("n0", 9, "term 1 after term 3")
+    ]
+
+
+def test_missing_slots_are_index_gaps(spark: SparkSession) -> None:
+    rows = [r for r in group_rows() if not (r["replica"] == "n2" and r["index"] in (1, 4, 5))]
+    found = checks.index_gaps(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert sorted((r.replica, r["index"], r.detail) for r in found.collect()) == [
+        ("n2", 1, "indexes 1..1 have no index record (1 missing)"),
+        ("n2", 4, "indexes 4..5 have no index record (2 missing)"),
+    ]
+
+
+def test_checkpoint_beyond_the_log(spark: SparkSession) -> None:
+    rows = [r for r in group_rows() if not (r["replica"] == "n1" and r["index"] > 8)]
+    found = checks.checkpoints_outside_log(
+        entries_frame(spark, rows), replicas_frame(spark, COMMITS)
+    )
+    assert [(r.replica, r["index"], r.detail) for r in found.collect()] == [
+        ("n1", 10, "checkpoint commit index 10 is outside the log 1..8")
+    ]
+
+
+def test_entries_past_own_commit_are_an_uncommitted_tail_note(spark: SparkSession) -> None:
+    commits = {("g", "n0"): 10, ("g", "n1"): 10, ("g", "n2"): 7}
+    entries = entries_frame(spark, group_rows())
+    found = job.all_findings(entries, replicas_frame(spark, commits), None, None).collect()
+    assert [(r.kind, r.severity, r.replica, r["index"], r.detail) for r in found] == [
+        ("uncommitted_tail", "note", "n2", 8, "3 entries 8..10 past this replica's commit index 7")
+    ]
+
+
+def test_divergent_committed_entry_names_the_replica(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n2", 7)["body_crc"] = 0xBAD
+    found = agreement.divergent_entries(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
+    assert [(r.replica, r["index"], r.file, r.position, r.detail) for r in found.collect()] == [
+        (
+            "n2",
+            7,
+            "data/" + formats.file_name(SEGMENT_BYTES),
+            row(rows, "n2", 7)["position"],
+            "first divergent committed index: term 2 size 1000 body_crc 0x00000BAD, but n0, n1 "
+            "hold term 2 size 1000 body_crc 0x00001234 (1 divergent indexes, last 7)",
+        )
+    ]
+
+
+def test_divergence_past_the_group_commit_is_not_checked(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n2", 10)["body_crc"] = 0xBAD
+    commits = {("g", "n0"): 9, ("g", "n1"): 9, ("g", "n2"): 9}
+    found = agreement.divergent_entries(entries_frame(spark, rows), replicas_frame(spark, commits))
+    assert found.collect() == []
+
+
+def test_committed_entries_held_by_one_replica_are_under_replicated(spark: SparkSession) -> None:
+    rows = [r for r in group_rows() if r["replica"] == "n0" or r["index"] <= 8]
+    commits = {("g", "n0"): 10, ("g", "n1"): 8, ("g", "n2"): 8}
+    found = agreement.under_replicated(entries_frame(spark, rows), replicas_frame(spark, commits))
+    assert sorted((r.replica, r["index"], r.detail) for r in found.collect()) == [
+        ("n0", i, "committed (group commit 10) but held by 1 of 3 replicas (n0); a quorum is 2")
+        for i in (9, 10)
+    ]
+
+
+def test_committed_index_nobody_holds_is_under_replicated(spark: SparkSession) -> None:
+    rows = [r for r in group_rows() if r["index"] <= 9]
+    commits = {("g", "n0"): 10, ("g", "n1"): 9, ("g", "n2"): 9}
+    found = agreement.under_replicated(entries_frame(spark, rows), replicas_frame(spark, commits))
+    assert [(r.replica, r["index"], r.file, r.detail) for r in found.collect()] == [
+        (
+            None,
+            10,
+            None,
+            "committed (group commit 10) but held by 0 of 3 replicas (none); a quorum is 2",
+        )
+    ]
+
+
+def test_acknowledged_append_missing_from_the_committed_log(spark: SparkSession) -> None:
+    replicas = replicas_frame(spark, COMMITS)
+    acked = spark.createDataFrame(
+        [
+            ("g", 3, "a", "0", 10),
+            ("g", 4, "b", "1", 20),
+            ("g", 11, "c", "0", 30),
+            ("g", None, "d", "2", 40),
+        ],
+        job.ACKED_SCHEMA,
+    )
+    bodies = spark.createDataFrame(
+        [("g", 3, "n0", b"a"), ("g", 3, "n1", b"a"), ("g", 4, "n0", b"x")],
+        "group string, index long, replica string, body binary",
+    )
+    found = agreement.missing_appends(acked, bodies, replicas).collect()
+    assert sorted((r.kind, r["index"], r.detail) for r in found) == [
+        (
+            "missing_append",
+            4,
+            'acknowledged append {"value":"b"} (process 1, time_ns 20) at '
+            "index 4: the committed entry there has another body (1 bytes)",
+        ),
+        (
+            "missing_append",
+            11,
+            'acknowledged append {"value":"c"} (process 0, time_ns 30) at '
+            "index 11: past the group commit index 10",
+        ),
+        ("unchecked_append", None, "acknowledged append from process 2 records no index"),
+    ]
+
+
+def test_bytes_after_the_last_entry_are_an_unindexed_data_note(spark: SparkSession) -> None:
+    rows = group_rows()
+    row(rows, "n1", 10).update(after_magic=formats.ENTRY_MAGIC, after_size=1000)
+    found = checks.unindexed_data(entries_frame(spark, rows)).collect()
+    last = row(rows, "n1", 10)
+    assert [(r.kind, r.replica, r.position, r.detail) for r in found] == [
+        (
+            "unindexed_data",
+            "n1",
+            last["position"] + 1000,
+            f"an entry header at {last['position'] + 1000} after the last indexed entry",
+        )
+    ]
+
+
+def test_unreadable_file_is_reported_once_per_error(spark: SparkSession) -> None:
+    rows = group_rows()
+    for index in (4, 5):
+        row(rows, "n0", index).update(io_error="/s/n0/dledger/data/x: permission denied")
+    found = checks.unreadable_files(entries_frame(spark, rows)).collect()
+    assert [(r.kind, r.severity, r.replica, r["index"], r.detail) for r in found] == [
+        (
+            "unreadable",
+            "unreadable",
+            "n0",
+            4,
+            "/s/n0/dledger/data/x: permission denied (2 entries not read)",
+        )
+    ]
