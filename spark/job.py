@@ -108,7 +108,9 @@ def run(
         history = spark.createDataFrame(rows, ACKED_SCHEMA)
         wanted = agreement.history_wanted(history, entries, replicas_df)
         bodies = read.bodies(spark, replicas, wanted)
-    findings = all_findings(entries, replicas_df, history, bodies).persist()
+    findings = all_findings(entries, replicas_df, history, bodies)
+    # the union has a partition per input partition of every check: merge them before caching
+    findings = findings.coalesce(spark.sparkContext.defaultParallelism).persist()
     counts = [
         row.asDict()
         for row in findings.groupBy("kind", "severity").count().orderBy("kind").collect()

@@ -43,14 +43,19 @@ class Progress:
         last = ""
         while not self._stop.wait(PROGRESS_INTERVAL_S):
             tracker = self._sc.statusTracker()
-            parts = []
+            parts, waiting = [], 0
             for stage_id in sorted(tracker.getActiveStageIds()):
                 info = tracker.getStageInfo(stage_id)
-                if info is not None:
-                    parts.append(
-                        f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks"
-                        + (f" ({info.numActiveTasks} running)" if info.numActiveTasks else "")
-                    )
+                if info is None:
+                    continue
+                if info.numActiveTasks == 0 and info.numCompletedTasks == 0:
+                    waiting += 1  # submitted, waiting for its inputs or for a core
+                    continue
+                parts.append(
+                    f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks done"
+                )
+            if waiting:
+                parts.append(f"{waiting} stages waiting")
             line = "; ".join(parts)
             if line and line != last:
                 self.step(line)

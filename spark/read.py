@@ -83,19 +83,19 @@ class ReadTask:
 
 
 def plan(replicas: Sequence[layout.Replica]) -> list[ReadTask]:
-    """Cut every replica's index files into slot ranges of at most TASK_RECORDS_MAX."""
+    """Cut every replica's index slots, from its first retained index to the end of its last
+    index file, into ranges of at most TASK_RECORDS_MAX (a range may span index files)."""
     tasks = []
     for replica in replicas:
-        for index_file in replica.index_files:
-            slots = min(
-                index_file.bytes // formats.INDEX_RECORD_BYTES, replica.index_records_per_file
+        if not replica.index_files:
+            continue
+        last = replica.index_files[-1]
+        slots = min(last.bytes // formats.INDEX_RECORD_BYTES, replica.index_records_per_file)
+        hi = last.first + slots
+        for first in range(replica.start_index, hi, TASK_RECORDS_MAX):
+            tasks.append(
+                ReadTask(replica.group, replica.name, first, min(hi, first + TASK_RECORDS_MAX))
             )
-            lo = max(index_file.first, replica.start_index)
-            hi = index_file.first + slots
-            for first in range(lo, hi, TASK_RECORDS_MAX):
-                tasks.append(
-                    ReadTask(replica.group, replica.name, first, min(hi, first + TASK_RECORDS_MAX))
-                )
     return tasks
 
 
