@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -102,13 +102,21 @@ class HistoryUnreadable(Exception):
 
 
 class RunClock:
-    """Monotonic nanoseconds since the run started; every writer of one history shares it."""
+    """Monotonic nanoseconds since the run started; every writer of one history shares it.
+    `source` is the monotonic clock (tests pass trio's, so a virtual clock drives it)."""
 
-    def __init__(self, start_ns: int | None = None) -> None:
-        self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
+    def __init__(
+        self, start_ns: int | None = None, source: Callable[[], int] = time.monotonic_ns
+    ) -> None:
+        self.source = source
+        self.start_ns = source() if start_ns is None else start_ns
+
+    def restart(self) -> None:
+        """t = 0 is now."""
+        self.start_ns = self.source()
 
     def now_ns(self) -> int:
-        return time.monotonic_ns() - self.start_ns
+        return self.source() - self.start_ns
 
     def elapsed_s(self) -> float:
         return self.now_ns() / 1e9

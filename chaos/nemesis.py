@@ -4,7 +4,7 @@ for the cluster to recover (every replica back, caught up, a leader).
 
 History records, all from process "nemesis":
     invoke <f> {"fault": kind, "nodes": [...], "leader": who led, "leader_affected": bool, ...}
-    ok     <f> (same value, plus what healing did)                 when the fault is undone
+    ok     <f> (same value, plus what applying and healing did)   when the fault is undone
     invoke recover {"fault": kind}, then ok (or info when the deadline passed) with the time
     it took and what restarted stores said about their tails.
 """
@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
+import attrs
 import trio
 
 from chaos import partition as plans
 from chaos.history import NEMESIS, HistoryWriter, Phase
-from chaos.net import Network
 from chaos.schedule import QUIET_S_MIN, WARMUP_S, PlannedFault
 from chaos.targets.base import Target
 from chaos.targets.dledger_disk import MODES
@@ -28,14 +29,34 @@ LEADER_WAIT_S = 5.0  # a fault aimed at the leader waits this long for one
 RECOVERY_TIMEOUT_S = 30.0  # a cluster not recovered by then is reported, and the run goes on
 RECOVERY_S_ESTIMATE = 3.0  # a fault is not started unless it can heal and recover in time
 
-Heal = Callable[[], Awaitable[dict[str, Any]]]
+Action = Callable[[], Awaitable[dict[str, Any]]]  # does it; returns what to add to the record
+
+
+@attrs.frozen
+class Injection:
+    """A fault decided but not yet done: recorded first, then applied, so that the recorded
+    start never comes after the fault took effect (failover is never under-measured)."""
+
+    nodes: list[str]  # the nodes the fault is about: killed, paused, cut off, damaged
+    leader_affected: bool  # the leader, or its quorum, is lost until a new election or heal
+    apply: Action
+    heal: Action
+    detail: dict[str, Any] = attrs.field(factory=dict)  # e.g. the partition's drops
+
+
+class Links(Protocol):
+    """What the nemesis needs of the network (chaos.net.Network)."""
+
+    async def apply(self, partition: plans.Partition) -> None: ...
+
+    async def heal(self) -> None: ...
 
 
 class Nemesis:
     def __init__(
         self,
         target: Target,
-        network: Network,
+        network: Links,
         history: HistoryWriter,
         faults: Iterator[PlannedFault],
     ) -> None:
@@ -68,18 +89,26 @@ class Nemesis:
     async def execute(self, fault: PlannedFault) -> None:
         rng = random.Random(fault.seed)
         leader = await self.target.wait_leader(LEADER_WAIT_S)
-        inject = getattr(self, "_" + fault.kind.replace("-", "_"))
+        injection = self._planners[fault.kind](rng, leader)
         f = fault.spec.f
-        value: dict[str, Any] = {"fault": fault.kind, "number": fault.number, "leader": leader}
-        heal: Heal = await inject(rng, leader, value)
-        self.injected += 1
+        value: dict[str, Any] = {
+            "fault": fault.kind,
+            "number": fault.number,
+            "leader": leader,
+            "leader_affected": injection.leader_affected,
+            "nodes": injection.nodes,
+            **injection.detail,
+        }
         self.history.record(NEMESIS, Phase.INVOKE, f, value)
-        self.current = f"{fault.kind} {','.join(value.get('nodes', []))}"
+        self.injected += 1
+        self.current = f"{fault.kind} {','.join(injection.nodes)}"
         try:
+            value = {**value, **await injection.apply()}
             await trio.sleep(fault.hold_s)
-            value = {**value, **await heal()}
-        except trio.Cancelled:
-            self.history.record(NEMESIS, Phase.INFO, f, value, error="the run was stopped")
+            value = {**value, **await injection.heal()}
+        except BaseException as err:  # the run was stopped, or a tool failed: say so, go on up
+            why = "the run was stopped" if isinstance(err, trio.Cancelled) else repr(err)
+            self.history.record(NEMESIS, Phase.INFO, f, value, error=why)
             raise
         self.history.record(NEMESIS, Phase.OK, f, value)
         self.current = f"recovering from {fault.kind}"
@@ -113,7 +142,44 @@ class Nemesis:
                 error=f"not recovered within {RECOVERY_TIMEOUT_S} s",
             )
 
-    # --- faults: each injects, fills in `value`, and returns how to heal -----------------------
+    # --- faults: each decides what to do (pure but for the choice of victims) -----------------
+
+    @property
+    def _planners(self) -> dict[str, Callable[[random.Random, str | None], Injection]]:
+        return {
+            "kill-leader": lambda rng, leader: self._kill(
+                [self._leader_or_any(rng, leader)], leader is not None
+            ),
+            "kill-follower": lambda rng, leader: self._kill(
+                [rng.choice(self._followers(leader))], False
+            ),
+            # killed or not, the leader has no quorum until the restart
+            "kill-majority": lambda rng, leader: self._kill(
+                sorted(rng.sample(self.nodes, len(self.nodes) // 2 + 1)), True
+            ),
+            "group-restart": lambda rng, leader: self._kill(
+                rng.sample(self.nodes, len(self.nodes)), True
+            ),
+            "disk-tail": self._disk_tail,
+            "pause-leader": lambda rng, leader: self._pause(
+                self._leader_or_any(rng, leader), leader is not None
+            ),
+            "pause-follower": lambda rng, leader: self._pause(
+                rng.choice(self._followers(leader)), False
+            ),
+            "partition-leader": lambda rng, leader: self._partition(
+                plans.isolate(self.nodes, self._leader_or_any(rng, leader)), leader
+            ),
+            "partition-halves": lambda rng, leader: self._partition(
+                plans.halves(self.nodes, rng), leader
+            ),
+            "partition-bridge": lambda rng, leader: self._partition(
+                plans.bridge(self.nodes, rng), leader
+            ),
+            "partition-oneway": lambda rng, leader: self._partition(
+                plans.one_way(self.nodes, self._leader_or_any(rng, leader)), leader, one_way=True
+            ),
+        }
 
     def _leader_or_any(self, rng: random.Random, leader: str | None) -> str:
         return leader if leader is not None else rng.choice(self.nodes)
@@ -121,113 +187,59 @@ class Nemesis:
     def _followers(self, leader: str | None) -> list[str]:
         return [n for n in self.nodes if n != leader]
 
-    async def _kill(self, victims: list[str], value: dict[str, Any]) -> Heal:
-        for node in victims:
-            self.target.kill(node)
-        value["nodes"] = victims
+    def _kill(self, victims: list[str], leader_affected: bool) -> Injection:
+        async def apply() -> dict[str, Any]:
+            for node in victims:
+                self.target.kill(node)
+            return {}
 
         async def heal() -> dict[str, Any]:
             for node in victims:
                 self.target.start(node)
             return {"restarted": victims}
 
-        return heal
+        return Injection(victims, leader_affected, apply, heal)
 
-    async def _kill_leader(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        value["leader_affected"] = leader is not None
-        return await self._kill([self._leader_or_any(rng, leader)], value)
-
-    async def _kill_follower(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        value["leader_affected"] = False
-        return await self._kill([rng.choice(self._followers(leader))], value)
-
-    async def _kill_majority(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        victims = sorted(rng.sample(self.nodes, len(self.nodes) // 2 + 1))
-        value["leader_affected"] = True  # killed or not, it has no quorum until the restart
-        return await self._kill(victims, value)
-
-    async def _group_restart(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        victims = list(self.nodes)
-        rng.shuffle(victims)
-        value["leader_affected"] = True
-        return await self._kill(victims, value)
-
-    async def _disk_tail(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
+    def _disk_tail(self, rng: random.Random, leader: str | None) -> Injection:
         victim = rng.choice(self.nodes)
-        value["leader_affected"] = victim == leader
-        heal = await self._kill([victim], value)
-        value["damage"] = self.target.damage_tail(victim, rng.choice(MODES), rng)
-        return heal
+        mode = rng.choice(MODES)
+        killing = self._kill([victim], victim == leader)
 
-    async def _pause(self, victim: str, value: dict[str, Any]) -> Heal:
-        self.target.pause(victim)
-        value["nodes"] = [victim]
+        async def apply() -> dict[str, Any]:
+            await killing.apply()
+            # file I/O of up to a segment: off the event loop, which the clients share
+            damage = partial(self.target.damage_tail, victim, mode, rng)
+            return {"damage": await trio.to_thread.run_sync(damage)}
+
+        return attrs.evolve(killing, apply=apply)
+
+    def _pause(self, victim: str, leader_affected: bool) -> Injection:
+        async def apply() -> dict[str, Any]:
+            self.target.pause(victim)
+            return {}
 
         async def heal() -> dict[str, Any]:
             self.target.resume(victim)
             return {"resumed": [victim]}
 
-        return heal
+        return Injection([victim], leader_affected, apply, heal)
 
-    async def _pause_leader(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        value["leader_affected"] = leader is not None
-        return await self._pause(self._leader_or_any(rng, leader), value)
+    def _partition(
+        self, cut: plans.Partition, leader: str | None, *, one_way: bool = False
+    ) -> Injection:
+        """The nodes it is about are its first component: the isolated node, the minority,
+        one side of a bridge, the source of one-way loss."""
+        if one_way:
+            affected = leader is not None  # the leader is the one that cannot be heard
+        else:
+            affected = leader is not None and not plans.in_majority(cut, leader, self.nodes)
 
-    async def _pause_follower(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        value["leader_affected"] = False
-        return await self._pause(rng.choice(self._followers(leader)), value)
-
-    async def _partition(
-        self, cut: plans.Partition, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        await self.network.apply(cut)
-        value.update(cut.describe())
-        value["nodes"] = sorted({n for drop in cut.drops for n in drop})
-        if "leader_affected" not in value:
-            value["leader_affected"] = leader is not None and not plans.in_majority(
-                cut, leader, self.nodes
-            )
+        async def apply() -> dict[str, Any]:
+            await self.network.apply(cut)
+            return {}
 
         async def heal() -> dict[str, Any]:
             await self.network.heal()
             return {"healed": True}
 
-        return heal
-
-    async def _partition_leader(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        return await self._partition(
-            plans.isolate(self.nodes, self._leader_or_any(rng, leader)), leader, value
-        )
-
-    async def _partition_halves(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        return await self._partition(plans.halves(self.nodes, rng), leader, value)
-
-    async def _partition_bridge(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        return await self._partition(plans.bridge(self.nodes, rng), leader, value)
-
-    async def _partition_oneway(
-        self, rng: random.Random, leader: str | None, value: dict[str, Any]
-    ) -> Heal:
-        src = self._leader_or_any(rng, leader)
-        value["leader_affected"] = leader is not None
-        return await self._partition(plans.one_way(self.nodes, src), leader, value)
+        return Injection(list(cut.components[0]), affected, apply, heal, cut.describe())

@@ -208,7 +208,7 @@ async def _run_target(
     async with target.started():
         if await target.wait_leader(LEADER_START_S) is None:
             raise SetupFailed(f"the group elected no leader within {LEADER_START_S} s")
-        history.clock.start_ns = time.monotonic_ns()  # t = 0: the workload starts
+        history.clock.restart()  # t = 0: the workload starts
         workload = AppendWorkload(
             target.peers,
             random.Random(f"{config.seed}/workload"),

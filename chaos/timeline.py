@@ -54,6 +54,6 @@ def draw(path: Path, history: Sequence[Op]) -> None:
     ax.set_ylim(0, top * 1.35)
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("ok appends per 100 ms")
-    ax.legend(loc="upper right", fontsize=7)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
