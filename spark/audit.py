@@ -17,6 +17,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from pyspark.sql import SparkSession
+
 from spark import history, job, layout, report, session
 from spark.progress import Progress
 
@@ -64,7 +66,9 @@ def _ship_package(spark_context: object) -> None:
     spark_context.addPyFile(archive)  # type: ignore[attr-defined]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None) -> int:
+    """Run the audit; returns the exit code. With `spark`, that session is used and left
+    running (tests share one JVM); otherwise one is started for --master and stopped."""
     args = parse_args(argv)
     started = time.monotonic()
     try:

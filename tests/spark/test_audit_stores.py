@@ -1,0 +1,177 @@
+"""The audit on stores written by the project's log writer, each group holding one fault.
+
+One audit run covers every fault (a group per fault, so each group's findings are exactly its
+fault's), which keeps the JVM work of this file to two jobs. Each fault is named precisely:
+group, replica, index, file and position.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark import audit
+from tests.spark import stores
+from tests.spark.stores import payload, write_group, write_replica
+
+pytestmark = pytest.mark.spark
+N = 60  # entries per replica: ~4 segments of 4 KiB, 4 index files of 16 records
+
+
+def bodies(group: str, n: int = N) -> list[bytes]:
+    return [payload(group, i) for i in range(1, n + 1)]
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Stores with one fault per group, and what the audit must say about each."""
+    root = tmp_path_factory.mktemp("faults")
+    expected: dict[str, Any] = {}
+
+    # a divergent committed entry: n2 holds another body of the same size at index 30
+    other = bodies("divergent")
+    other[29] = bytes(reversed(other[29]))
+    for r in ("n0", "n1"):
+        write_replica(root, "divergent", r, bodies("divergent"), commit_index=N)
+    n2 = write_replica(root, "divergent", "n2", other, commit_index=N)
+    _, _, (position, *_) = stores.index_record(n2, 30)
+    segment, _ = stores.segment_of(n2, position)
+    expected["divergent"] = [("divergent_entry", "n2", 30, f"data/{segment.name}", position)]
+
+    # a truncated uncommitted tail: not an error, three notes
+    for r in ("n0", "n1"):
+        write_replica(root, "tail", r, bodies("tail"), commit_index=50)
+    write_replica(root, "tail", "n2", bodies("tail"), commit_index=50, truncate_after=55)
+    expected["tail"] = [
+        ("uncommitted_tail", r, 51, *_where(root / "tail" / r, 51)) for r in ("n0", "n1", "n2")
+    ]
+
+    # a corrupt body CRC on n1 at index 20
+    stores_ = write_group(root, "corrupt", N)
+    expected["corrupt"] = [("malformed_entry", "n1", 20, *stores.corrupt_body(stores_["n1"], 20))]
+
+    # an index record that disagrees with the data: n0's record for 25 says term 7
+    stores_ = write_group(root, "index", N)
+    expected["index"] = [
+        ("index_mismatch", "n0", 25, *stores.set_record_term(stores_["n0"], 25, 7))
+    ]
+
+    # a committed entry held by one replica only: index 60 is only on n0, which committed it
+    n0 = write_replica(root, "lonely", "n0", bodies("lonely"), commit_index=N)
+    for r in ("n1", "n2"):
+        write_replica(root, "lonely", r, bodies("lonely"), commit_index=59, truncate_after=59)
+    expected["lonely"] = [("under_replicated", "n0", 60, *_where(n0, 60))]
+
+    # an acknowledged append missing, given a history: 40 present, one at 41 never committed
+    write_group(root, "history", 40)
+    history = root / "history.jsonl"
+    lines = []
+    for i in range(1, 42):
+        value = payload("history", i).decode() if i <= 40 else "lost-append"
+        lines.append(
+            {
+                "type": "invoke",
+                "process": i % 3,
+                "f": "append",
+                "value": value,
+                "group": "history",
+                "index": None,
+                "time_ns": i * 10,
+                "error": None,
+            }
+        )
+        lines.append(
+            {
+                "type": "ok",
+                "process": i % 3,
+                "f": "append",
+                "value": value,
+                "group": "history",
+                "index": i,
+                "time_ns": i * 10 + 5,
+                "error": None,
+            }
+        )
+    lines.append(
+        {
+            "type": "invoke",
+            "process": "nemesis",
+            "f": "kill",
+            "value": {"nodes": ["n1"]},
+            "time_ns": 999,
+            "error": None,
+        }
+    )
+    history.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    expected["history"] = [("missing_append", None, 41, None, None)]
+    return {"root": root, "history": history, "expected": expected}
+
+
+def _where(store: Path, index: int) -> tuple[str, int]:
+    _, _, (position, *_) = stores.index_record(store, index)
+    segment, _ = stores.segment_of(store, position)
+    return f"data/{segment.name}", position
+
+
+def test_each_fault_is_found_and_named(
+    spark: SparkSession, faults: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    argv = [
+        "--stores",
+        str(faults["root"]),
+        "--out",
+        str(out),
+        "--history",
+        str(faults["history"]),
+        "--quiet",
+    ]
+    assert audit.main(argv, spark=spark) == 1
+    report = json.loads((out / "report.json").read_text())
+    found: dict[str, list[tuple[Any, ...]]] = {group: [] for group in faults["expected"]}
+    for kind, f in report["findings"].items():
+        assert f["count"] == len(f["examples"]), kind  # few enough to all be examples
+        for e in f["examples"]:
+            found[e["group"]].append((kind, e["replica"], e["index"], e["file"], e["position"]))
+    for group, expected in faults["expected"].items():
+        assert sorted(found[group], key=str) == sorted(expected, key=str), group
+    assert report["verdict"] == "inconsistent" and report["exit_code"] == 1
+    assert report["commit_index"]["lonely"] == N and report["commit_index"]["tail"] == 50
+    assert report["entries_checked"] == 3 * N * 5 - 5 - 2 + 3 * 40  # tail and lonely cut 5, 2
+    assert report["history"] == {"file": str(faults["history"]), "acknowledged": 41}
+    assert (out / "report.html").read_text().count("<h2>group ") == 6
+
+
+def test_a_clean_two_group_store_passes(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_group(tmp_path / "stores", "broker-a", 80)
+    write_group(tmp_path / "stores", "broker-b", 50)
+    out = tmp_path / "out"
+    argv = ["--stores", str(tmp_path / "stores"), "--out", str(out), "--quiet"]
+    assert audit.main(argv, spark=spark) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "consistent" and report["findings"] == {}
+    assert report["entries_checked"] == 3 * 80 + 3 * 50
+    assert [g["group"] for g in report["groups"]] == ["broker-a", "broker-b"]
+    assert sorted(report) == sorted(
+        [
+            "verdict",
+            "exit_code",
+            "master",
+            "stores",
+            "history",
+            "elapsed_s",
+            "entries_checked",
+            "tasks",
+            "groups",
+            "replicas",
+            "commit_index",
+            "findings",
+        ]
+    )
+    assert "CONSISTENT: 390 entries of 6 replicas in 2 groups" in capsys.readouterr().out
