@@ -1,0 +1,85 @@
+"""dledger-audit's flags and unreadable inputs: exit 2 with the path and the reason, before any
+JVM starts (so these tests need no Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark import audit
+from tests.spark import stores
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    try:
+        code = audit.main(argv)
+    except SystemExit as exit_:  # argparse exits on bad flags
+        code = int(exit_.code or 0)
+    return code, capsys.readouterr().err
+
+
+def test_missing_required_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["--stores", "x"], capsys)
+    assert code == 2 and "the following arguments are required: --out" in err
+
+
+def test_unknown_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(["--stores", "x", "--out", "y", "--bogus"], capsys)
+    assert code == 2 and "unrecognized arguments: --bogus" in err
+
+
+def test_missing_store_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope"
+    code, err = run(["--stores", str(missing), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2
+    assert err.strip() == f"dledger-audit: unreadable input: {missing}: no such file or directory"
+
+
+def test_directory_without_stores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    code, err = run(["--stores", str(tmp_path / "empty"), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and f"{tmp_path / 'empty'}: no dledger/meta found" in err
+
+
+def test_corrupt_meta(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = stores.write_replica(tmp_path, "g", "n0", [b"x"], commit_index=1)
+    meta = store / "dledger" / "meta"
+    stores.flip_byte(meta, 20)
+    code, err = run(["--stores", str(tmp_path), "--out", str(tmp_path / "out")], capsys)
+    assert code == 2 and err.strip() == f"dledger-audit: unreadable input: {meta}: crc mismatch"
+
+
+def test_unreadable_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stores.write_replica(tmp_path / "s", "g", "n0", [b"x"], commit_index=1)
+    history = tmp_path / "history.jsonl"
+    history.write_text('{"type": "invoke"}\nnot json\n')
+    argv = [
+        "--stores",
+        str(tmp_path / "s"),
+        "--out",
+        str(tmp_path / "o"),
+        "--history",
+        str(history),
+    ]
+    code, err = run(argv, capsys)
+    assert code == 2 and f"{history}: line 2: not JSON" in err
+
+
+def test_duplicate_replica(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stores.write_replica(tmp_path / "a", "g", "n0", [b"x"], commit_index=1)
+    stores.write_replica(tmp_path / "b", "g", "n0", [b"x"], commit_index=1)
+    argv = ["--stores", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "o")]
+    code, err = run(argv, capsys)
+    assert code == 2 and "replica n0 of g also found at" in err
+
+
+def test_manifest_lists_stores(tmp_path: Path) -> None:
+    from spark import layout
+
+    stores.write_replica(tmp_path / "x", "g", "n0", [b"x"], commit_index=1)
+    stores.write_replica(tmp_path / "y", "g", "n1", [b"x"], commit_index=1)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"stores": ["x", "%s"]}' % (tmp_path / "y"))
+    found = layout.discover([str(manifest)])
+    assert [(r.group, r.name, r.commit_index) for r in found] == [("g", "n0", 1), ("g", "n1", 1)]
