@@ -10,6 +10,7 @@ number measures how long appends stalled, if at all.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import defaultdict
@@ -98,18 +99,25 @@ def ok_appends(history: Sequence[Op]) -> list[Op]:
 def failovers(history: Sequence[Op]) -> list[Failover]:
     windows = fault_windows(history)
     oks = ok_appends(history)
+    times = [op.time_ns for op in oks]
     found = []
     for i, w in enumerate(windows):
         until = windows[i + 1].start_ns if i + 1 < len(windows) else math.inf
-        first = next(
-            (op for op in oks if w.start_ns < op.time_ns < until and _counts(w, op)),
-            None,
-        )
+        first = _first_ok(oks, bisect.bisect_right(times, w.start_ns), until, w)
         ms = None if first is None else (first.time_ns - w.start_ns) / NS_PER_MS
         found.append(
             Failover(w.number, w.kind, w.leader_affected, ms, first.node if first else None)
         )
     return found
+
+
+def _first_ok(oks: Sequence[Op], start: int, until: float, w: FaultWindow) -> Op | None:
+    for op in itertools.islice(oks, start, None):
+        if op.time_ns >= until:
+            return None
+        if _counts(w, op):
+            return op
+    return None
 
 
 def _counts(w: FaultWindow, op: Op) -> bool:

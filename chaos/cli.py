@@ -6,14 +6,16 @@
     dledger-chaos cleanup runs/leader-kill    remove what a run killed with -9 left behind
 
 Exit status: 0 when every must-hold check holds, 1 when one does not or the run could not be
-judged (no complete final read: verdict "unknown"), 2 when the run could not be set up (the
-reason on stderr, e.g. exactly which capability is missing) or for a bad command line.
+judged (no complete final read, e.g. interrupted: verdict "unknown"), 2 when the run could
+not be set up (the reason on stderr, e.g. exactly which capability is missing), for a bad
+command line, or when the harness itself failed (a traceback, and no verdict).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             "dledger-chaos: interrupted during setup; everything started was cleaned up",
             file=sys.stderr,
         )
+        return EXIT_SETUP
+    except Exception:  # a harness bug: the run could not be judged, which is no verdict
+        traceback.print_exc()
+        print("dledger-chaos: internal error (a bug in the harness): no verdict", file=sys.stderr)
         return EXIT_SETUP
     print(summary(outcome.report, out))
     return outcome.exit_code

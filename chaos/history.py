@@ -123,12 +123,14 @@ class RunClock:
 
 
 class HistoryWriter:
-    """Appends operations to history.jsonl as they happen, and keeps them in memory."""
+    """Appends operations to history.jsonl as they happen (and keeps them in memory unless
+    told not to)."""
 
-    def __init__(self, path: Path, clock: RunClock, *, group: str = "g") -> None:
+    def __init__(self, path: Path, clock: RunClock, *, group: str = "g", keep: bool = True) -> None:
         self.path = path
         self.clock = clock
         self.group = group
+        self.keep = keep  # a long run reads its history back from the file instead
         self.ops: list[Op] = []
         self._file: IO[str] | None = open(path, "w", encoding="utf-8")  # noqa: SIM115
         self._unflushed = 0
@@ -145,7 +147,8 @@ class HistoryWriter:
         node: str | None = None,
     ) -> Op:
         op = Op(process, phase, f, value, self.clock.now_ns(), self.group, index, error, node)
-        self.ops.append(op)
+        if self.keep:
+            self.ops.append(op)
         if self._file is not None:
             self._file.write(json.dumps(op.to_json(), separators=(",", ":")) + "\n")
             self._unflushed += 1
