@@ -1,0 +1,260 @@
+"""The Spark audit's speed and memory, next to a single-process pure-Python reference check
+and a cat-like sequential read of the same stores.
+
+    python -m bench.audit --quick    # 2 groups x 3 replicas x 20,000 entries, a few minutes
+    python -m bench.audit            # 2 x 3 x 1,000,000 entries of 1 KiB (~6.3 GB of stores)
+
+Stores are written once by the project's log writer (dledger.log.store.LogStore) into a cache
+directory (--cache; reused by later runs, removed with --clean), with 1 GiB segments for the
+main comparison and, for the memory comparison, group g1 again with small segments. Measures:
+
+  audit      dledger-audit's job on local[2]: wall time (session start included) and entries/s
+  reference  bench/audit.py's own pure-Python check of the same stores, one process: walk every
+             segment, check both CRCs, order, positions, and compare replicas per index
+  cat        read every data and index file once with 1 MiB sequential reads
+  memory     peak RSS of the executor (the local[2] JVM) and of the largest Python worker,
+             auditing g1 with large and with small segments: flat means bounded tasks
+
+Writes bench/results/audit.json (audit_quick.json with --quick); prints the same JSON last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import struct
+import threading
+import time
+import zlib
+from array import array
+from pathlib import Path
+from typing import Any
+
+from dledger.log.config import StoreConfig
+from dledger.log.store import LogStore
+from dledger.raft.entries import data_batch
+from spark import job, layout, session
+from spark.progress import Progress
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+BODY_BYTES = 1 * KiB
+BATCH_ENTRIES = 1024  # entries per LogStore.append while generating
+READ_BYTES = 1 * MiB  # the cat-like read's block size
+SAMPLE_S = 0.2  # RSS sampling period
+GROUPS, REPLICAS = ("g1", "g2"), ("n0", "n1", "n2")
+HEADER = struct.Struct(">IIqqqHHII")
+ENTRY_MAGIC, BLANK_MAGIC = 0x444C4531, 0x424C4E4B
+
+
+def generate(root: Path, entries: int, segment_bytes: int, groups: tuple[str, ...]) -> float:
+    """Write every replica with LogStore unless the cache has it; returns seconds spent."""
+    began = time.perf_counter()
+    config = StoreConfig(segment_bytes=segment_bytes, preallocate=False)
+    for group in groups:
+        for replica in REPLICAS:
+            store_dir = root / group / replica
+            if (store_dir / ".complete").exists():
+                continue
+            shutil.rmtree(store_dir, ignore_errors=True)
+            with LogStore.open(store_dir, config, group=group, self_id=replica) as store:
+                for first in range(1, entries + 1, BATCH_ENTRIES):
+                    n = min(BATCH_ENTRIES, entries + 1 - first)
+                    bodies = [
+                        (b"%s-%010d-" % (group.encode(), i)).ljust(BODY_BYTES, b"x")
+                        for i in range(first, first + n)
+                    ]
+                    store.append(data_batch(first, 1 + first * 4 // entries, bodies))
+                store.flush()
+                store.write_checkpoint(entries, entries)
+            (store_dir / ".complete").touch()
+    return time.perf_counter() - began
+
+
+class PeakRss:
+    """Samples the RSS of this process's descendants: the JVM and its Python workers."""
+
+    def __init__(self) -> None:
+        self.jvm = self.python_worker = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = os.getpid()
+        while not self._stop.wait(SAMPLE_S):
+            for _pid, cmd, rss in _descendants(me):
+                if "java" in cmd:
+                    self.jvm = max(self.jvm, rss)
+                elif "pyspark" in cmd or "python" in cmd:
+                    self.python_worker = max(self.python_worker, rss)
+
+
+def _descendants(root: int) -> list[tuple[int, str, int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except OSError:
+                continue
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            rss = next(
+                int(line.split()[1]) * KiB
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:")
+            )
+        except (OSError, StopIteration):
+            continue
+        out.append((pid, cmd, rss))
+    return out
+
+
+def run_audit(stores: list[Path], master: str) -> dict[str, Any]:
+    began = time.perf_counter()
+    replicas = layout.discover([str(s) for s in stores])
+    with PeakRss() as rss:
+        spark = session.start(master)
+        try:
+            with Progress(spark.sparkContext) as progress:
+                out = Path("/tmp") / f"dledger-audit-bench-out-{os.getpid()}"
+                outcome = job.run(spark, replicas, None, str(out), progress)
+                shutil.rmtree(out, ignore_errors=True)
+        finally:
+            spark.stop()
+    wall = time.perf_counter() - began
+    assert not outcome.counts, outcome.counts  # the generated stores are clean
+    return {
+        "wall_s": round(wall, 2),
+        "entries": outcome.entries_checked,
+        "entries_per_s": round(outcome.entries_checked / wall),
+        "tasks": outcome.tasks,
+        "peak_rss_jvm_mb": round(rss.jvm / 1e6),
+        "peak_rss_python_worker_mb": round(rss.python_worker / 1e6),
+    }
+
+
+def reference_check(root: Path) -> dict[str, Any]:
+    """The same checks in one Python process, walking the segments in order."""
+    began = time.perf_counter()
+    total = 0
+    for group in sorted(os.listdir(root)):
+        if not (root / group).is_dir():
+            continue
+        logs = {}
+        for replica in sorted(os.listdir(root / group)):
+            logs[replica] = _walk(root / group / replica / "dledger")
+            total += len(logs[replica][0])
+        first = next(iter(logs.values()))
+        for replica, log in logs.items():
+            assert log == first, f"{group}/{replica} differs"  # equal terms, sizes, body CRCs
+    wall = time.perf_counter() - began
+    return {"wall_s": round(wall, 2), "entries": total, "entries_per_s": round(total / wall)}
+
+
+def _walk(store: Path) -> tuple[array, array, array]:
+    terms, sizes, crcs = array("q"), array("q"), array("q")
+    expected_index, last_term = 1, 0
+    for seg in sorted((store / "data").iterdir()):
+        data = seg.read_bytes()  # one segment at a time: up to segment_bytes of memory
+        at = 0
+        while at + HEADER.size <= len(data):
+            magic, size, index, term, pos, _kind, _r, body_crc, header_crc = HEADER.unpack_from(
+                data, at
+            )
+            if magic == BLANK_MAGIC or magic == 0:
+                break
+            assert magic == ENTRY_MAGIC and zlib.crc32(data[at : at + 40]) == header_crc
+            assert zlib.crc32(memoryview(data)[at + 44 : at + size]) == body_crc
+            assert index == expected_index and term >= last_term
+            assert pos == int(seg.name) + at
+            terms.append(term)
+            sizes.append(size)
+            crcs.append(body_crc)
+            expected_index, last_term = index + 1, term
+            at += size
+    return terms, sizes, crcs
+
+
+def cat(root: Path) -> dict[str, Any]:
+    began = time.perf_counter()
+    total = 0
+    buf = bytearray(READ_BYTES)
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.parent.name in ("data", "index"):
+            with open(path, "rb", buffering=0) as f:
+                while n := f.readinto(buf):
+                    total += n
+    wall = time.perf_counter() - began
+    return {"wall_s": round(wall, 2), "bytes": total, "mb_per_s": round(total / 1e6 / wall)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.audit")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--entries", type=int)
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/dledger-audit-bench"))
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--clean", action="store_true", help="remove the cache at the end")
+    args = parser.parse_args()
+    entries = args.entries or (20_000 if args.quick else 1_000_000)
+    large, small = (1 * GiB, 64 * MiB) if not args.quick else (1 * GiB, 1 * MiB)
+    main_root = args.cache / f"e{entries}-s{large}"
+    small_root = args.cache / f"e{entries}-s{small}"
+    print(f"generating {len(GROUPS)} x {len(REPLICAS)} x {entries} entries under {args.cache}")
+    generated_s = generate(main_root, entries, large, GROUPS)
+    generated_s += generate(small_root, entries, small, ("g1",))
+    result: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg(),
+        },
+        "stores": {
+            "groups": len(GROUPS),
+            "replicas": len(REPLICAS),
+            "entries": entries,
+            "body_bytes": BODY_BYTES,
+            "segment_bytes": large,
+            "generate_s": round(generated_s, 1),
+        },
+    }
+    result["cat"] = cat(main_root)
+    print("cat", result["cat"])
+    result["audit"] = run_audit([main_root], args.master)
+    print("audit", result["audit"])
+    result["reference"] = reference_check(main_root)
+    print("reference", result["reference"])
+    result["memory"] = {
+        f"segment_{large // MiB}MiB": run_audit([main_root / "g1"], args.master),
+        f"segment_{small // MiB}MiB": run_audit([small_root / "g1"], args.master),
+    }
+    print("memory", result["memory"])
+    name = "audit_quick.json" if args.quick else "audit.json"
+    out = Path(__file__).parent / "results" / name
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.clean:
+        shutil.rmtree(args.cache, ignore_errors=True)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
