@@ -400,6 +400,10 @@ class DLedgerClient:
                         sent = True  # from here the server may have it
                         reply = await connection.request(code, **fields)
                     if scope.cancelled_caught:
+                        if self._leader == node:
+                            self._leader = (
+                                None  # a paused or cut-off leader: the next call asks around
+                            )
                         raise self._timeout_error(
                             code, f"no answer from {node} in time", unknown_is_final
                         )

@@ -85,6 +85,13 @@ class NodeConfig:
     disk_max_used_ratio: float = 0.75  # RocketMQ's diskMaxUsedSpaceRatio default (75)
     append_timeout_ms: int = 30_000  # a waiting append is answered OUTCOME_UNKNOWN after this
 
+    @property
+    def peer_unacked_timeout_ms(self) -> int:
+        """A peer connection whose data stays unacknowledged this long is dropped and re-made:
+        the shortest election timeout, so a link across a healed partition comes back about
+        as fast as an election would."""
+        return self.raft.election_ticks_min * self.tick_ms
+
     def __attrs_post_init__(self) -> None:
         if not GROUP.match(self.group):
             raise ConfigError(f"group {self.group!r} must be 1-128 letters, digits, '_', '.', '-'")

@@ -179,6 +179,7 @@ class Node:
             peers=config.peers,
             segment_bytes=store.config.segment_bytes,
             on_disconnect=self.peer_disconnected,
+            unacked_timeout_ms=config.peer_unacked_timeout_ms,
         )
         self._held: list[tuple[int, Envelope]] = []  # promises waiting for the disk
         self._pending: list[PendingAppend] = []  # appends not yet proposed

@@ -20,6 +20,7 @@ from dledger.log.errors import Compacted, IndexOutOfRange
 from dledger.node import REFUSAL_STATUS, Node
 from dledger.raft.events import Accepted, Refused, Role, TransferLeadership
 from dledger.session import ClientSession
+from dledger.transport import limit_unacked_time
 from dledger.wire import (
     Code,
     FrameError,
@@ -142,6 +143,7 @@ class Service:
         peer = self._check_hello(hello)
         log.info("peer %s connected from %s", peer, name)
         node = self.node
+        limit_unacked_time(stream, node.config.peer_unacked_timeout_ms)
         self._inbound[peer] += 1
         try:
             while True:

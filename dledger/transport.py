@@ -13,7 +13,9 @@ Raft messages on the connection it opened.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 
@@ -45,6 +47,17 @@ class LinkStats:
     dropped: int = 0  # messages pushed out of a full queue
 
 
+def limit_unacked_time(stream: trio.SocketStream, timeout_ms: int) -> None:
+    """Fail a peer connection whose sent data stays unacknowledged for `timeout_ms` (Linux's
+    TCP_USER_TIMEOUT). Without it a link across a partition lives on while TCP doubles its
+    retransmission timer, and after the partition heals the peers wait out seconds of
+    back-off; with it the link breaks, reconnects, and is back within a reconnect interval."""
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is not None:
+        with contextlib.suppress(OSError):
+            stream.setsockopt(socket.IPPROTO_TCP, option, timeout_ms)
+
+
 class PeerLinks:
     def __init__(
         self,
@@ -54,6 +67,7 @@ class PeerLinks:
         peers: dict[str, Address],
         segment_bytes: int,
         on_disconnect: Callable[[str], None],
+        unacked_timeout_ms: int,
         queue_frames_max: int = limits.PEER_SEND_QUEUE_FRAMES_MAX,
     ) -> None:
         self._hello = {"group": group, "from": self_id, "segment_bytes": segment_bytes}
@@ -62,6 +76,7 @@ class PeerLinks:
         self._local_address = peers[self_id].host if self_id in peers else None
         self._peers = {p: a for p, a in peers.items() if p != self_id}
         self._on_disconnect = on_disconnect
+        self._unacked_timeout_ms = unacked_timeout_ms
         self._queues: dict[str, deque[Envelope]] = {
             p: deque(maxlen=queue_frames_max) for p in self._peers
         }
@@ -99,6 +114,7 @@ class PeerLinks:
                 continue
             backoff_ms = RECONNECT_MS_MIN
             stats.connects += 1
+            limit_unacked_time(stream, self._unacked_timeout_ms)
             try:
                 async with stream:
                     hello = {"c": Code.HELLO, **self._hello, "to": peer}
