@@ -120,7 +120,6 @@ def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) ->
     written = records["size"] != 0
     slots, records, index_files = slots[written], records[written], index_files[written]
     data = parse.read_entries(replica, files, records["position"], records["size"])
-    # prev_*: the row before, when it is exactly the slot before (shift by one)
     # prev_* are facts about entry index-1 only where it was found where its record says
     has_prev = np.zeros(len(slots), dtype=bool)
     has_prev[1:] = (
@@ -168,13 +167,8 @@ def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) ->
         "after_size": pa.array(data.after_size, mask=after_missing),
         "prev_end": shifted(records["position"].astype(np.int64) + data.size),
         "prev_term": shifted(data.term),
-        "prev_after_magic": pa.array(
-            np.concatenate([[0], data.after_magic[:-1]]),
-            mask=~has_prev | np.concatenate([[True], after_missing[:-1]])
-            if len(slots)
-            else np.zeros(0, bool),
-        ),
-        "prev_after_size": shifted(data.after_size),
+        "prev_after_magic": shifted(data.after_magic, after_missing),
+        "prev_after_size": shifted(data.after_size, after_missing),
     }
     batch = pa.RecordBatch.from_pydict(columns, schema=ENTRY_SCHEMA)
     return batch.filter(pa.array(keep))
