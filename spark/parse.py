@@ -150,24 +150,30 @@ def read_entries(
     pos = positions.astype(np.int64)
     seg_bytes = replica.segment_bytes
     seg = pos - pos % seg_bytes
-    out.file = ["data/" + formats.file_name(s) for s in seg.tolist()]
+    # per segment, not per entry: names and existence of the (few) segments of this chunk
+    segments, seg_of = np.unique(seg, return_inverse=True)
+    seg_of = seg_of.reshape(-1)
+    names = np.array(["data/" + formats.file_name(int(s)) for s in segments], dtype=object)
+    out.file = names[seg_of].tolist()
+    present = np.array([files.exists(name) for name in names], dtype=bool)[seg_of]
     readable = pos >= 0
     for i in np.flatnonzero(~readable):
         out.defect[i] = f"negative position {pos[i]}"
     for i in np.flatnonzero(readable & (pos % seg_bytes + formats.ENTRY_HEADER_BYTES > seg_bytes)):
         readable[i] = False
         out.defect[i] = "header would run past the segment end"
-    for i in np.flatnonzero(readable):
-        if not files.exists(out.file[i]):
-            readable[i] = False
-            out.defect[i] = f"segment file {out.file[i]} missing"
+    for i in np.flatnonzero(readable & ~present):
+        readable[i] = False
+        out.defect[i] = f"segment file {out.file[i]} missing"
     span = np.clip(rec_sizes.astype(np.int64), formats.ENTRY_HEADER_BYTES, formats.ENTRY_BYTES_MAX)
     candidates = np.flatnonzero(readable)
-    window_of = (pos[candidates] % seg_bytes) // WINDOW_BYTES_MAX
-    keys = np.stack([seg[candidates], window_of], axis=1)
     if len(candidates) == 0:
         return out
-    _, group_of = np.unique(keys, axis=0, return_inverse=True)
+    windows_per_segment = seg_bytes // WINDOW_BYTES_MAX + 1
+    key = (
+        seg_of[candidates] * windows_per_segment + (pos[candidates] % seg_bytes) // WINDOW_BYTES_MAX
+    )
+    _, group_of = np.unique(key, return_inverse=True)
     group_of = group_of.reshape(-1)
     for g in range(int(group_of.max()) + 1):
         members = candidates[group_of == g]
