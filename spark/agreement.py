@@ -115,15 +115,8 @@ def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         F.first("group_commit").alias("group_commit"),
         F.min("start_index").alias("lo"),
     )
-    held = (
-        committed(entries, replicas)
-        .groupBy("group", "index")
-        .agg(
-            F.count("*").alias("held"),
-            F.array_sort(F.collect_list("replica")).alias("names"),
-            F.min(F.struct("replica", "file", "position")).alias("at"),
-        )
-    )
+    sound = committed(entries, replicas)
+    held = sound.groupBy("group", "index").agg(F.count("*").alias("held"))  # one cheap pass
     counted = (
         held.join(groups, "group")
         .groupBy("group", "lo", "group_commit")
@@ -136,11 +129,7 @@ def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         "group", F.explode(F.sequence(F.col("lo"), F.col("group_commit"))).alias("index")
     )
     nobody = every.join(held, ["group", "index"], "left_anti").select(
-        "group",
-        "index",
-        F.lit(0).cast("long").alias("held"),
-        F.array().cast("array<string>").alias("names"),
-        F.lit(None).cast("struct<replica:string,file:string,position:long>").alias("at"),
+        "group", "index", F.lit(0).cast("long").alias("held")
     )
     short = held.unionByName(nobody).join(groups, "group").where(F.col("held") < F.col("quorum"))
     starts = replicas.select("group", "start_index")
@@ -153,6 +142,18 @@ def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     )
     short = short.join(away, ["group", "index"], "left").where(
         F.col("held") + F.coalesce(F.col("away"), F.lit(0)) < F.col("quorum")
+    )
+    # who holds the few short indexes, and where: only now, for those rows alone
+    holders = (
+        sound.join(short.select("group", "index"), ["group", "index"])
+        .groupBy("group", "index")
+        .agg(
+            F.array_sort(F.collect_list("replica")).alias("names"),
+            F.min(F.struct("replica", "file", "position")).alias("at"),
+        )
+    )
+    short = short.join(holders, ["group", "index"], "left").withColumn(
+        "names", F.coalesce(F.col("names"), F.array().cast("array<string>"))
     )
     names = F.when(F.size("names") > 0, F.array_join("names", ", ")).otherwise(F.lit("none"))
     detail = F.format_string(
