@@ -267,6 +267,9 @@ class Node:
                 task_status.started(listeners)
         finally:
             self.stopping = True
+            with contextlib.suppress(Exception):  # best effort: the log is safe without it
+                commit = min(self.core.commit_index, self._raft_durable_index())
+                self.store.write_checkpoint(commit, min(self.applied_index, commit))
             # Proposed appends are in the log and may still commit after a restart: unknown.
             # Appends not yet proposed are surely not stored: the client may retry elsewhere.
             self._waiters.fail_all(

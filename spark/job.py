@@ -37,8 +37,17 @@ class Outcome:
     acked: int
 
 
-def replica_rows(replicas: Sequence[Replica]) -> list[tuple[Any, ...]]:
-    """REPLICA_COLUMNS for each replica: its group's size, quorum and commit index."""
+def replica_rows(
+    replicas: Sequence[Replica], acked: Sequence[AckedAppend] | None = None
+) -> list[tuple[Any, ...]]:
+    """REPLICA_COLUMNS for each replica: its group's size, quorum and commit index. A group's
+    commit index is the highest any replica's checkpoint records, or the highest index the
+    history says was acknowledged, whichever is higher: an acknowledgement is a commit, and
+    checkpoints lag (they are written periodically, and a replica killed with -9 writes none)."""
+    acked_max: dict[str, int] = {}
+    for a in acked or ():
+        if a.index is not None:
+            acked_max[a.group] = max(acked_max.get(a.group, 0), a.index)
     rows = []
     for r in replicas:
         group = [x for x in replicas if x.group == r.group]
@@ -53,7 +62,7 @@ def replica_rows(replicas: Sequence[Replica]) -> list[tuple[Any, ...]]:
                 r.commit_index,
                 len(group),
                 len(group) // 2 + 1,
-                max(x.commit_index for x in group),
+                max(max(x.commit_index for x in group), acked_max.get(r.group, 0)),
             )
         )
     return rows
@@ -98,7 +107,7 @@ def run(
     tasks = len(read.plan(replicas))
     progress.step(f"reading {len(replicas)} replicas in {tasks} tasks")
     entries = read.entries(spark, replicas).persist(StorageLevel.MEMORY_AND_DISK)
-    replicas_df = spark.createDataFrame(replica_rows(replicas), REPLICA_SCHEMA)
+    replicas_df = spark.createDataFrame(replica_rows(replicas, acked), REPLICA_SCHEMA)
     spans = [row.asDict() for row in checks.replica_spans(entries).collect()]
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")

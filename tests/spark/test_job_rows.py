@@ -1,0 +1,32 @@
+"""The per-replica facts the checks join against (no JVM)."""
+
+from __future__ import annotations
+
+from spark.history import AckedAppend
+from spark.job import replica_rows
+from spark.layout import Replica
+
+
+def replica(group: str, name: str, commit: int) -> Replica:
+    return Replica(
+        group, name, f"/s/{group}/{name}", 1 << 20, 4096, 1, 0, 0, commit, commit, True, (), ()
+    )
+
+
+def test_group_commit_is_the_highest_checkpoint() -> None:
+    rows = replica_rows([replica("g", "n0", 10), replica("g", "n1", 40), replica("h", "n0", 5)])
+    assert [(r[0], r[1], r[-1]) for r in rows] == [("g", "n0", 40), ("g", "n1", 40), ("h", "n0", 5)]
+    assert [(r[-3], r[-2]) for r in rows] == [(2, 2), (2, 2), (1, 1)]  # group size, quorum
+
+
+def test_an_acknowledged_index_raises_the_group_commit() -> None:
+    """Checkpoints lag; an acknowledgement is a commit, so the history raises the bound."""
+    acked = [
+        AckedAppend("g", 55, "v", "0", 1),
+        AckedAppend("g", None, "w", "0", 2),
+        AckedAppend("h", 3, "x", "1", 3),
+    ]
+    rows = replica_rows(
+        [replica("g", "n0", 10), replica("g", "n1", 40), replica("h", "n0", 5)], acked
+    )
+    assert [r[-1] for r in rows] == [55, 55, 5]
