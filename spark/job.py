@@ -9,7 +9,7 @@ kind, and the full list is written by Spark as JSON lines under the output direc
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,16 +38,22 @@ class Outcome:
 
 
 def replica_rows(
-    replicas: Sequence[Replica], acked: Sequence[AckedAppend] | None = None
+    replicas: Sequence[Replica],
+    acked: Sequence[AckedAppend] | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> list[tuple[Any, ...]]:
     """REPLICA_COLUMNS for each replica: its group's size, quorum and commit index. A group's
     commit index is the highest any replica's checkpoint records, or the highest index the
     history says was acknowledged, whichever is higher: an acknowledgement is a commit, and
-    checkpoints lag (they are written periodically, and a replica killed with -9 writes none)."""
+    checkpoints lag (they are written periodically, and a replica killed with -9 writes none).
+    `held` (group -> highest index any replica's log holds) caps that raise: an acknowledged
+    index no replica holds is a `missing_append`, not also an `under_replicated` index."""
     acked_max: dict[str, int] = {}
     for a in acked or ():
         if a.index is not None:
             acked_max[a.group] = max(acked_max.get(a.group, 0), a.index)
+    if held is not None:
+        acked_max = {g: min(i, held.get(g, 0)) for g, i in acked_max.items()}
     rows = []
     for r in replicas:
         group = [x for x in replicas if x.group == r.group]
@@ -107,8 +113,12 @@ def run(
     tasks = len(read.plan(replicas))
     progress.step(f"reading {len(replicas)} replicas in {tasks} tasks")
     entries = read.entries(spark, replicas).persist(StorageLevel.MEMORY_AND_DISK)
-    replicas_df = spark.createDataFrame(replica_rows(replicas, acked), REPLICA_SCHEMA)
     spans = [row.asDict() for row in checks.replica_spans(entries).collect()]
+    held: dict[str, int] = {}
+    for s in spans:
+        if s["last_index"] is not None:
+            held[s["group"]] = max(held.get(s["group"], 0), int(s["last_index"]))
+    replicas_df = spark.createDataFrame(replica_rows(replicas, acked, held), REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
     history = bodies = None

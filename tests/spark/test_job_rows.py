@@ -30,3 +30,12 @@ def test_an_acknowledged_index_raises_the_group_commit() -> None:
         [replica("g", "n0", 10), replica("g", "n1", 40), replica("h", "n0", 5)], acked
     )
     assert [r[-1] for r in rows] == [55, 55, 5]
+
+
+def test_the_raise_stops_at_the_highest_index_any_replica_holds() -> None:
+    """An acknowledged index past every log is a missing append, not a commit to check."""
+    acked = [AckedAppend("g", 55, "v", "0", 1)]
+    rows = replica_rows([replica("g", "n0", 10), replica("g", "n1", 40)], acked, {"g": 50})
+    assert [r[-1] for r in rows] == [50, 50]
+    rows = replica_rows([replica("g", "n0", 10), replica("g", "n1", 40)], acked, {"g": 30})
+    assert [r[-1] for r in rows] == [40, 40]  # never below the checkpoints
