@@ -35,6 +35,26 @@ PEERS_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "results"
 SEGMENT_BYTES = 256 << 20  # smaller than the 1 GiB default so runs leave less behind
 
 
+def cpu_ticks() -> list[int]:
+    """The machine's cumulative CPU time by state (/proc/stat): user nice system idle iowait
+    irq softirq steal ... On a VM, `steal` is time the host gave our vCPUs to someone else."""
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return []
+
+
+def steal_pct(before: list[int], after: list[int]) -> float | None:
+    """Percent of CPU time stolen by the hypervisor between two cpu_ticks() readings: a load
+    measured while the host was busy says more about the host than about us."""
+    if len(before) < 8 or len(after) < 8:
+        return None
+    delta = [b - a for a, b in zip(before, after, strict=False)]
+    total = sum(delta[:8])
+    return round(100 * delta[7] / total, 1) if total else None
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -67,10 +87,12 @@ async def load(group: LocalGroup, clients: int, seconds: float) -> dict[str, Any
                 acked += 1
 
         t0 = time.perf_counter()
+        ticks = cpu_ticks()
         async with trio.open_nursery() as nursery:
             for _ in range(clients):
                 nursery.start_soon(appender)
         elapsed = time.perf_counter() - t0
+        steal = steal_pct(ticks, cpu_ticks())
         terms_after = [(await client.status(n))["term"] for n in group.peers]
     return {
         "clients": clients,
@@ -82,6 +104,7 @@ async def load(group: LocalGroup, clients: int, seconds: float) -> dict[str, Any
         "mb_per_s": round(acked * ENTRY_BYTES / elapsed / 1e6, 2),
         "latency_p50_ms": round(percentile(latencies, 50) * 1000, 3),
         "latency_p99_ms": round(percentile(latencies, 99) * 1000, 3),
+        "cpu_steal_pct": steal,
     }
 
 
@@ -197,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-dledger-") as tmp:
         root = Path(tmp)
         print(
-            f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'elections':>9}"
+            f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'elections':>9} {'steal %':>7}"
         )
         for policy in policies:
             for clients in client_counts:
@@ -205,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 r["flush"] = policy
                 results["throughput"].append(r)
                 print(
-                    f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['elections_during_load']:>9}"
+                    f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['elections_during_load']:>9} {r['cpu_steal_pct']!s:>7}"
                 )
         fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
         results["failover"] = fo
@@ -245,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         "method": "3 dledger-server processes on 127.0.0.1 (default timeouts, 256 MiB segments), a fresh "
         "group per row; one load process with N trio tasks sharing one DLedgerClient, each appending 1 KiB "
         "entries back to back; entries/s = acknowledged appends / wall time. Failover: 16 appenders, "
-        "kill -9 of the leader, time to the first append acknowledged after the kill; the victim restarts.",
+        "kill -9 of the leader, time to the first append acknowledged after the kill; the victim restarts. "
+        "cpu_steal_pct: share of CPU time the hypervisor gave to other guests during the load; "
+        "on this shared 2-vCPU VM it ranges 0-35 % and throughput falls with it, so compare rows "
+        "with low steal.",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
