@@ -34,18 +34,60 @@ def _version(prefix: str = "") -> Column:
     )
 
 
-def divergent_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+BUCKET_BITS = 12  # indexes are compared per bucket of 2^12 first; only differing buckets in detail
+
+
+def _bucket() -> Column:
+    return F.shiftright(F.col("index"), BUCKET_BITS).alias("bucket")
+
+
+def bucket_summary(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Per (group, bucket of 2^BUCKET_BITS indexes, replica): how many sound committed entries
+    the replica holds there (`n`) and two 64-bit digests of their (index, term, size,
+    body_crc). One pass with numeric aggregates only (a hash aggregation, a tiny result). Both
+    group checks start from it and take it as `summary` when the caller has it already
+    (job.py collects it once), since Spark would otherwise scan the entries for it per use."""
+    fields = ("index", *VERSION_FIELDS)
+    return (
+        committed(entries, replicas)
+        .groupBy("group", _bucket(), "replica")
+        .agg(
+            F.count("*").alias("n"),
+            F.bit_xor(F.xxhash64(*fields)).alias("digest"),
+            F.bit_xor(F.xxhash64(*reversed(fields), F.lit("dledger"))).alias("digest2"),
+        )
+    )
+
+
+def divergent_entries(
+    entries: DataFrame, replicas: DataFrame, summary: DataFrame | None = None
+) -> DataFrame:
     """Per replica, the first committed index where it holds another entry than the majority
-    of the replicas holding that index (or where no version has a majority)."""
-    c = committed(entries, replicas).select(
-        "group", "replica", "index", "file", "position", *VERSION_FIELDS
+    of the replicas holding that index (or where no version has a majority).
+
+    Buckets whose holders all hold the same number of entries with the same digests agree
+    index by index (unless two independent 64-bit digests collide at once); only the other
+    buckets are compared index by index."""
+    summary = bucket_summary(entries, replicas) if summary is None else summary
+    held = F.struct("n", "digest", "digest2")
+    suspect = (
+        summary.groupBy("group", "bucket")
+        .agg(F.min(held).alias("lo"), F.max(held).alias("hi"))
+        .where(F.col("lo") != F.col("hi"))
+        .select("group", "bucket")
+    )
+    c = (
+        committed(entries, replicas)
+        .withColumn("bucket", _bucket())
+        .join(F.broadcast(suspect), ["group", "bucket"])  # healthy logs: nothing joins
+        .select("group", "replica", "index", "file", "position", *VERSION_FIELDS)
     )
     version = F.struct(*VERSION_FIELDS)
     per_index = c.groupBy("group", "index").agg(
         F.min(version).alias("lo"), F.max(version).alias("hi")
     )
-    suspect = per_index.where(F.col("lo") != F.col("hi")).select("group", "index")
-    rows = c.join(suspect, ["group", "index"])  # healthy logs: no suspects, nothing joins
+    suspect_index = per_index.where(F.col("lo") != F.col("hi")).select("group", "index")
+    rows = c.join(suspect_index, ["group", "index"])
     versions = rows.groupBy("group", "index", *VERSION_FIELDS).agg(
         F.count("*").alias("holders"), F.array_sort(F.collect_list("replica")).alias("names")
     )
@@ -105,29 +147,62 @@ def reduce_or(columns: list[Column]) -> Column:
     return out
 
 
-def under_replicated(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+def under_replicated(
+    entries: DataFrame, replicas: DataFrame, summary: DataFrame | None = None
+) -> DataFrame:
     """Committed indexes held by fewer replicas than a quorum of the group. An index below a
     replica's first retained index counts as held by it (retention only drops applied
-    entries). Indexes nobody holds are found by counting first, listed only when missing."""
+    entries).
+
+    Counted per bucket first (bucket_summary): a bucket where a quorum of replicas hold every
+    committed index (by count, or by retention) is fine; only the other buckets are counted
+    index by index, and indexes nobody holds are listed only there."""
     groups = replicas.groupBy("group").agg(
         F.first("quorum").alias("quorum"),
         F.first("group_size").alias("group_size"),
         F.first("group_commit").alias("group_commit"),
         F.min("start_index").alias("lo"),
     )
-    sound = committed(entries, replicas)
-    held = sound.groupBy("group", "index").agg(F.count("*").alias("held"))  # one cheap pass
-    counted = (
-        held.join(groups, "group")
-        .groupBy("group", "lo", "group_commit")
-        .agg(F.count("*").alias("n"))
+    width = 1 << BUCKET_BITS
+    buckets = groups.where(F.col("group_commit") >= F.col("lo")).select(
+        "group",
+        "quorum",
+        F.explode(
+            F.sequence(F.shiftright("lo", BUCKET_BITS), F.shiftright("group_commit", BUCKET_BITS))
+        ).alias("bucket"),
+        "lo",
+        "group_commit",
     )
-    incomplete = counted.join(groups, ["group", "lo", "group_commit"], "right").where(
-        F.coalesce(F.col("n"), F.lit(0)) < F.col("group_commit") - F.col("lo") + 1
+    buckets = buckets.select(
+        "group",
+        "quorum",
+        "bucket",
+        F.greatest(F.col("lo"), F.col("bucket") * width).alias("b_lo"),
+        F.least(F.col("group_commit"), F.col("bucket") * width + (width - 1)).alias("b_hi"),
     )
-    every = incomplete.select(
-        "group", F.explode(F.sequence(F.col("lo"), F.col("group_commit"))).alias("index")
+    summary = bucket_summary(entries, replicas) if summary is None else summary
+    counts = summary.select("group", "bucket", "replica", "n")
+    grid = buckets.join(replicas.select("group", "replica", "start_index"), "group").join(
+        counts, ["group", "bucket", "replica"], "left"
     )
+    retained_away = F.greatest(
+        F.lit(0), F.least(F.col("start_index"), F.col("b_hi") + 1) - F.col("b_lo")
+    )
+    full = F.coalesce(F.col("n"), F.lit(0)) + retained_away >= F.col("b_hi") - F.col("b_lo") + 1
+    suspect = (
+        grid.groupBy("group", "quorum", "bucket", "b_lo", "b_hi")
+        .agg(F.sum(full.cast("long")).alias("full"))
+        .where(F.col("full") < F.col("quorum"))
+        .select("group", "bucket", "b_lo", "b_hi")
+    )
+    sound = (
+        committed(entries, replicas)
+        .withColumn("bucket", _bucket())
+        .join(F.broadcast(suspect.select("group", "bucket")), ["group", "bucket"])
+        .drop("bucket")
+    )  # healthy logs: nothing joins
+    held = sound.groupBy("group", "index").agg(F.count("*").alias("held"))
+    every = suspect.select("group", F.explode(F.sequence("b_lo", "b_hi")).alias("index"))
     nobody = every.join(held, ["group", "index"], "left_anti").select(
         "group", "index", F.lit(0).cast("long").alias("held")
     )

@@ -12,10 +12,12 @@ Severity: "error" fails the audit (exit 1), "unreadable" means an input could no
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+import attrs
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark import formats
@@ -77,10 +79,10 @@ def union(findings: Sequence[DataFrame]) -> DataFrame:
 
 
 # --- what a row is ----------------------------------------------------------------------------
-def good(entries: DataFrame) -> DataFrame:
-    """Entries that are what their slot says: a sound header and body, the slot's index, found
+def is_good() -> Column:
+    """An entry that is what its slot says: a sound header and body, the slot's index, found
     where the header says. Only these count as held by a replica in the group checks."""
-    return entries.where(
+    return (
         F.col("io_error").isNull()
         & F.col("header_ok")
         & F.col("body_ok")
@@ -88,6 +90,11 @@ def good(entries: DataFrame) -> DataFrame:
         & (F.col("h_position") == F.col("position"))
         & F.col("kind").isin(*formats.ENTRY_KINDS)
     )
+
+
+def good(entries: DataFrame) -> DataFrame:
+    """The entries that are good (is_good)."""
+    return entries.where(is_good())
 
 
 def _with_expected_position(entries: DataFrame, replicas: DataFrame) -> DataFrame:
@@ -132,11 +139,74 @@ def unreadable_files(entries: DataFrame) -> DataFrame:
     )
 
 
+@attrs.frozen(eq=False)
+class RowRule:
+    """A rule judged on each entry row alone (which carries the facts of the slot before it)
+    and its replica's start: `hit` is true on the rows that break it, `detail` says how."""
+
+    kind: str
+    severity: str
+    hit: Column
+    detail: Column
+    file: Column | None = None  # default: the row's own `file` (its data segment)
+
+
+def row_findings(
+    entries: DataFrame, replicas: DataFrame, rules: Sequence[RowRule] | None = None
+) -> DataFrame:
+    """The findings of row rules (default: every one, row_rules()) in one pass over the
+    entries: rows that break no rule are dropped by one filter, and each remaining row yields
+    a finding per rule it breaks."""
+    e = _with_expected_position(entries, replicas)
+    chosen = row_rules() if rules is None else list(rules)
+    found = [
+        F.when(
+            rule.hit,
+            F.struct(
+                F.lit(rule.kind).alias("kind"),
+                F.lit(rule.severity).alias("severity"),
+                F.col("group").alias("group"),
+                F.col("replica").cast("string").alias("replica"),
+                F.col("index").cast("long").alias("index"),
+                (F.col("file") if rule.file is None else rule.file).cast("string").alias("file"),
+                F.col("position").cast("long").alias("position"),
+                rule.detail.cast("string").alias("detail"),
+            ),
+        )
+        for rule in chosen
+    ]
+    broken = reduce(operator.or_, [F.coalesce(rule.hit, F.lit(False)) for rule in chosen])
+    return e.where(broken).select(F.inline(F.filter(F.array(*found), lambda f: f.isNotNull())))
+
+
+def row_rules() -> list[RowRule]:
+    return [malformed_rule(), index_mismatch_rule(), position_break_rule(), term_regression_rule()]
+
+
 def malformed_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Entries that are not well-formed where the data says they are (malformed_rule)."""
+    return row_findings(entries, replicas, [malformed_rule()])
+
+
+def index_mismatches(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Index records that disagree with the data (index_mismatch_rule)."""
+    return row_findings(entries, replicas, [index_mismatch_rule()])
+
+
+def position_breaks(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Sound entries not where the entry before them ends (position_break_rule)."""
+    return row_findings(entries, replicas, [position_break_rule()])
+
+
+def term_regressions(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+    """Sound entries with a lower term than the entry before (term_regression_rule)."""
+    return row_findings(entries, replicas, [term_regression_rule()])
+
+
+def malformed_rule() -> RowRule:
     """Entries that are not well-formed where the data says they are: magic, header CRC, size,
     position in the header, kind, body CRC. (A bad header where the record points but the data
-    does not is the index's fault: see index_mismatches.)"""
-    e = _with_expected_position(entries.where(F.col("io_error").isNull()), replicas)
+    does not is the index's fault: see index_mismatch_rule.)"""
     no_header = F.col("defect").isNotNull() | ~F.col("header_ok")
     reason = (
         F.when(F.col("defect").isNotNull(), F.col("defect"))
@@ -171,16 +241,15 @@ def malformed_entries(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         .when(~F.col("body_ok"), F.lit("body crc mismatch"))
     )
     own_index = F.col("h_index") == F.col("index")
-    bad = e.where(
+    hit = F.col("io_error").isNull() & (
         (no_header & ~_points_elsewhere()) | (~no_header & own_index & reason.isNotNull())
     )
-    return finding(bad, "malformed_entry", ERROR, reason)
+    return RowRule("malformed_entry", ERROR, hit, reason)
 
 
-def index_mismatches(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+def index_mismatch_rule() -> RowRule:
     """Index records that disagree with the data: a field differs from the entry's header, or
     the record points where the data holds no entry while the data holds it elsewhere."""
-    e = _with_expected_position(entries.where(F.col("io_error").isNull()), replicas)
     sound = F.col("defect").isNull() & F.col("header_ok")
 
     def differs(field: str, record: str, header: str) -> Column:
@@ -205,20 +274,19 @@ def index_mismatches(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         F.col("rec_position"),
         F.col("expected"),
     )
-    bad = e.where((sound & (fields != "")) | (~sound & _points_elsewhere()))
+    hit = F.col("io_error").isNull() & ((sound & (fields != "")) | (~sound & _points_elsewhere()))
     first_slot = F.substring_index(F.col("index_file"), "/", -1).cast("long")
     detail = F.format_string(
         "record at byte %d: %s",
         (F.col("index") - first_slot) * formats.INDEX_RECORD_BYTES,
         F.when(sound, fields).otherwise(moved),
     )
-    return finding(bad, "index_mismatch", ERROR, detail, file=F.col("index_file"))
+    return RowRule("index_mismatch", ERROR, hit, detail, file=F.col("index_file"))
 
 
-def position_breaks(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+def position_break_rule() -> RowRule:
     """Sound entries that do not start where the entry before them ends (allowing one blank
     record that fills the rest of a segment), and blank records of the wrong size."""
-    e = _with_expected_position(good(entries), replicas)
     seg = F.col("segment_bytes")
     left = seg - F.col("prev_end") % seg  # bytes left in the segment after the entry before
     blank = F.col("prev_after_magic") == formats.BLANK_MAGIC
@@ -241,30 +309,31 @@ def position_breaks(entries: DataFrame, replicas: DataFrame) -> DataFrame:
             F.format_string("starts at %d, expected %d", F.col("position"), F.col("expected")),
         )
     )
-    return finding(e.where(reason.isNotNull()), "position_break", ERROR, reason)
+    return RowRule("position_break", ERROR, is_good() & reason.isNotNull(), reason)
 
 
-def term_regressions(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+def term_regression_rule() -> RowRule:
     """Sound entries whose term is lower than the term of the entry before."""
-    e = _with_expected_position(good(entries), replicas)
     before = F.when(F.col("index") == F.col("start_index"), F.col("start_prev_term")).otherwise(
         F.col("prev_term")
     )
-    bad = e.where(before.isNotNull() & (F.col("term") < before))
-    return finding(
-        bad,
-        "term_regression",
-        ERROR,
-        F.format_string("term %d after term %d", F.col("term"), before),
-    )
+    hit = is_good() & before.isNotNull() & (F.col("term") < before)
+    detail = F.format_string("term %d after term %d", F.col("term"), before)
+    return RowRule("term_regression", ERROR, hit, detail)
 
 
-def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+def index_gaps(
+    entries: DataFrame, replicas: DataFrame, spans: DataFrame | None = None
+) -> DataFrame:
     """Slots without a record between the first retained index and the last written one.
-    Healthy replicas are ruled out by counting; only broken ones are searched (a shuffle of
-    their rows alone)."""
-    spans = entries.groupBy("group", "replica").agg(
-        F.count("*").alias("n"), F.min("index").alias("lo"), F.max("index").alias("hi")
+    Healthy replicas are ruled out by counting (replica_spans, shared with other checks); only
+    broken ones are searched (a shuffle of their rows alone)."""
+    spans = (replica_spans(entries) if spans is None else spans).select(
+        "group",
+        "replica",
+        F.col("entries").alias("n"),
+        F.col("first_index").alias("lo"),
+        F.col("last_index").alias("hi"),
     )
     spans = spans.join(replicas.select("group", "replica", "start_index"), ["group", "replica"])
     head = spans.where(F.col("lo") > F.col("start_index"))
@@ -272,26 +341,21 @@ def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
         "group", "replica", F.col("start_index").alias("gap_lo"), (F.col("lo") - 1).alias("gap_hi")
     )
     broken = spans.where(F.col("n") != F.col("hi") - F.col("lo") + 1).select("group", "replica")
-    rows = entries.join(broken, ["group", "replica"]).select("group", "replica", "index")
-    successors = rows.select("group", "replica", (F.col("index") - 1).alias("index"))
-    predecessors = rows.select("group", "replica", (F.col("index") + 1).alias("index"))
-    gap_starts = (
-        rows.join(successors, ["group", "replica", "index"], "left_anti")
-        .join(spans.select("group", "replica", "hi"), ["group", "replica"])
-        .where(F.col("index") < F.col("hi"))
-    )  # the last row has no successor by definition
-    gap_ends = (
-        rows.join(predecessors, ["group", "replica", "index"], "left_anti")
-        .join(spans.select("group", "replica", "lo"), ["group", "replica"])
-        .where(F.col("index") > F.col("lo"))
+    rows = entries.join(F.broadcast(broken), ["group", "replica"]).select(
+        "group", "replica", "index"
     )
-    starts = gap_starts.select("group", "replica", (F.col("index") + 1).alias("gap_lo"))
-    ends = gap_ends.select("group", "replica", (F.col("index") - 1).alias("gap_hi"))
+    # within a broken replica, a gap lies between two consecutive rows more than 1 apart (a
+    # window over those rows only: the join above runs first, so healthy replicas add nothing)
+    before = F.lag("index").over(Window.partitionBy("group", "replica").orderBy("index"))
     inner = (
-        starts.join(ends, ["group", "replica"])
-        .where(F.col("gap_hi") >= F.col("gap_lo"))
-        .groupBy("group", "replica", "gap_lo")
-        .agg(F.min("gap_hi").alias("gap_hi"))
+        rows.select("group", "replica", "index", before.alias("before"))
+        .where(F.col("index") - F.col("before") > 1)
+        .select(
+            "group",
+            "replica",
+            (F.col("before") + 1).alias("gap_lo"),
+            (F.col("index") - 1).alias("gap_hi"),
+        )
     )
     gaps = head_gaps.unionByName(inner)
     return finding(
@@ -309,7 +373,9 @@ def index_gaps(entries: DataFrame, replicas: DataFrame) -> DataFrame:
 
 
 def replica_spans(entries: DataFrame) -> DataFrame:
-    """Per replica: rows read, first and last index, and bytes of the entries."""
+    """Per replica: rows read, first and last index, and bytes of the entries. Several checks
+    start from it; they take it as `spans` when the caller has it already (job.py collects it
+    once), since Spark would otherwise scan the entries for it once per check."""
     return entries.groupBy("group", "replica").agg(
         F.count("*").alias("entries"),
         F.min("index").alias("first_index"),
@@ -318,10 +384,14 @@ def replica_spans(entries: DataFrame) -> DataFrame:
     )
 
 
-def checkpoints_outside_log(entries: DataFrame, replicas: DataFrame) -> DataFrame:
+def checkpoints_outside_log(
+    entries: DataFrame, replicas: DataFrame, spans: DataFrame | None = None
+) -> DataFrame:
     """A checkpoint whose commit index lies outside [first retained index - 1, last index]:
     the replica claims commits it does not hold."""
-    spans = replicas.join(replica_spans(entries), ["group", "replica"], "left")
+    spans = replicas.join(
+        replica_spans(entries) if spans is None else spans, ["group", "replica"], "left"
+    )
     last = F.coalesce(F.col("last_index"), F.col("start_index") - 1)
     bad = spans.where(
         (F.col("commit_index") > last) | (F.col("commit_index") < F.col("start_index") - 1)
@@ -344,7 +414,8 @@ def checkpoints_outside_log(entries: DataFrame, replicas: DataFrame) -> DataFram
 def uncommitted_tails(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     """Entries past the replica's own commit index: normal after a crash or a lost leadership,
     and truncated by the next leader if they conflict. A note, never an error."""
-    tail = entries.join(replicas.select("group", "replica", "commit_index"), ["group", "replica"])
+    commits = replicas.select("group", "replica", "commit_index")
+    tail = entries.join(F.broadcast(commits), ["group", "replica"])
     tail = tail.where(F.col("index") > F.col("commit_index"))
     spans = tail.groupBy("group", "replica", "commit_index").agg(
         F.min(F.struct("index", "file", "position")).alias("first"),
@@ -368,11 +439,12 @@ def uncommitted_tails(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     )
 
 
-def unindexed_data(entries: DataFrame) -> DataFrame:
+def unindexed_data(entries: DataFrame, spans: DataFrame | None = None) -> DataFrame:
     """Bytes after the last indexed entry that are neither zero nor a blank record: a torn or
     unindexed write that recovery will cut. A note: nothing acknowledged can be there."""
-    last = entries.groupBy("group", "replica").agg(F.max("index").alias("index"))
-    tail = good(entries).join(last, ["group", "replica", "index"])
+    spans = replica_spans(entries) if spans is None else spans
+    last = spans.select("group", "replica", F.col("last_index").alias("index"))
+    tail = good(entries).join(F.broadcast(last), ["group", "replica", "index"])
     stray = tail.where(~F.col("after_magic").isin(formats.END_MAGIC, formats.BLANK_MAGIC))
     what = F.when(F.col("after_magic") == formats.ENTRY_MAGIC, F.lit("an entry header")).otherwise(
         F.format_string("bytes 0x%08X", F.col("after_magic"))

@@ -82,21 +82,26 @@ ACKED_SCHEMA = "group string, index long, value string, process string, time_ns 
 
 
 def all_findings(
-    entries: DataFrame, replicas: DataFrame, history: DataFrame | None, bodies: DataFrame | None
+    entries: DataFrame,
+    replicas: DataFrame,
+    history: DataFrame | None,
+    bodies: DataFrame | None,
+    *,
+    spans: DataFrame | None = None,
+    summary: DataFrame | None = None,
 ) -> DataFrame:
-    """Every check's findings in one DataFrame (checks.FINDING_COLUMNS)."""
+    """Every check's findings in one DataFrame (checks.FINDING_COLUMNS). `spans`
+    (checks.replica_spans) and `summary` (agreement.bucket_summary), when given, are used
+    instead of computing them again: Spark does not reuse them across the checks."""
     found = [
         checks.unreadable_files(entries),
-        checks.malformed_entries(entries, replicas),
-        checks.index_mismatches(entries, replicas),
-        checks.position_breaks(entries, replicas),
-        checks.term_regressions(entries, replicas),
-        checks.index_gaps(entries, replicas),
-        checks.checkpoints_outside_log(entries, replicas),
+        checks.row_findings(entries, replicas),  # malformed, index, position, term: one pass
+        checks.index_gaps(entries, replicas, spans),
+        checks.checkpoints_outside_log(entries, replicas, spans),
         checks.uncommitted_tails(entries, replicas),
-        checks.unindexed_data(entries),
-        agreement.divergent_entries(entries, replicas),
-        agreement.under_replicated(entries, replicas),
+        checks.unindexed_data(entries, spans),
+        agreement.divergent_entries(entries, replicas, summary),
+        agreement.under_replicated(entries, replicas, summary),
     ]
     if history is not None and bodies is not None:
         found.append(agreement.missing_appends(history, bodies, replicas))
@@ -113,7 +118,9 @@ def run(
     tasks = len(read.plan(replicas))
     progress.step(f"reading {len(replicas)} replicas in {tasks} tasks")
     entries = read.entries(spark, replicas).persist(StorageLevel.MEMORY_AND_DISK)
-    spans = [row.asDict() for row in checks.replica_spans(entries).collect()]
+    spans_plan = checks.replica_spans(entries)
+    span_rows = spans_plan.collect()  # reads every replica once, filling the cache
+    spans = [row.asDict() for row in span_rows]
     held: dict[str, int] = {}
     for s in spans:
         if s["last_index"] is not None:
@@ -121,13 +128,19 @@ def run(
     replicas_df = spark.createDataFrame(replica_rows(replicas, acked, held), REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
+    # the small facts several checks start from, computed once and handed to them as data
+    spans_df = spark.createDataFrame(span_rows, spans_plan.schema)
+    summary_plan = agreement.bucket_summary(entries, replicas_df)
+    summary_df = spark.createDataFrame(summary_plan.collect(), summary_plan.schema)
     history = bodies = None
     if acked is not None:
         rows = [(a.group, a.index, a.value, a.process, a.time_ns) for a in acked]
         history = spark.createDataFrame(rows, ACKED_SCHEMA)
         wanted = agreement.history_wanted(history, entries, replicas_df)
         bodies = read.bodies(spark, replicas, wanted)
-    findings = all_findings(entries, replicas_df, history, bodies)
+    findings = all_findings(
+        entries, replicas_df, history, bodies, spans=spans_df, summary=summary_df
+    )
     # the union has a partition per input partition of every check: merge them before caching
     findings = findings.coalesce(spark.sparkContext.defaultParallelism).persist()
     counts = [

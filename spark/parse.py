@@ -46,7 +46,8 @@ def crc32_rows(rows: np.ndarray) -> np.ndarray:
 class Entries:
     """What the data holds at n positions; int64 arrays unless said otherwise."""
 
-    file: list[str]
+    file_names: list[str]  # the data segments of these positions; file_of[i] indexes it
+    file_of: np.ndarray  # intp
     defect: list[str | None]
     io_error: list[str | None]
     no_header: np.ndarray  # bool: nothing could be read there (defect or io_error)
@@ -66,7 +67,8 @@ class Entries:
     def empty(cls, n: int) -> Entries:
         zeros = np.zeros(n, dtype=np.int64)
         return cls(
-            file=[""] * n,
+            file_names=[""],
+            file_of=np.zeros(n, dtype=np.intp),
             defect=[None] * n,
             io_error=[None] * n,
             no_header=np.ones(n, dtype=bool),
@@ -120,23 +122,20 @@ class Files:
             data = np.concatenate([data, np.zeros(length - len(data), dtype=np.uint8)])
         return data
 
-    def index_records(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """Records of slots [lo, hi) (zero = not written where a file is missing or short)
-        and the name of the index file of each slot."""
+    def index_records(self, lo: int, hi: int) -> np.ndarray:
+        """Records of slots [lo, hi) (zero = not written where a file is missing or short)."""
         n_per_file = self.replica.index_records_per_file
         records = np.zeros(hi - lo, dtype=formats.INDEX_RECORD)
-        names = np.empty(hi - lo, dtype=object)
         slot = lo
         while slot < hi:
             first = formats.index_file_first(slot, n_per_file)
             end = min(hi, first + n_per_file)
             name = "index/" + formats.file_name(first)
-            names[slot - lo : end - lo] = name
             if self.exists(name):
                 raw = self.read(name, (slot - first) * 32, (end - slot) * 32)
                 records[slot - lo : end - lo] = raw.view(formats.INDEX_RECORD)
             slot = end
-        return records, names
+        return records
 
 
 def read_entries(
@@ -153,8 +152,8 @@ def read_entries(
     # per segment, not per entry: names and existence of the (few) segments of this chunk
     segments, seg_of = np.unique(seg, return_inverse=True)
     seg_of = seg_of.reshape(-1)
-    names = np.array(["data/" + formats.file_name(int(s)) for s in segments], dtype=object)
-    out.file = names[seg_of].tolist()
+    names = ["data/" + formats.file_name(int(s)) for s in segments]
+    out.file_names, out.file_of = names, seg_of
     present = np.array([files.exists(name) for name in names], dtype=bool)[seg_of]
     readable = pos >= 0
     for i in np.flatnonzero(~readable):
@@ -164,7 +163,7 @@ def read_entries(
         out.defect[i] = "header would run past the segment end"
     for i in np.flatnonzero(readable & ~present):
         readable[i] = False
-        out.defect[i] = f"segment file {out.file[i]} missing"
+        out.defect[i] = f"segment file {names[seg_of[i]]} missing"
     span = np.clip(rec_sizes.astype(np.int64), formats.ENTRY_HEADER_BYTES, formats.ENTRY_BYTES_MAX)
     candidates = np.flatnonzero(readable)
     if len(candidates) == 0:
@@ -181,7 +180,7 @@ def read_entries(
         lo = int(pos[members].min())
         seg_end = first + seg_bytes
         hi = min(seg_end, int((pos[members] + span[members]).max()) + formats.BLANK_BYTES_MIN)
-        name = out.file[members[0]]
+        name = names[seg_of[members[0]]]
         try:
             window = files.read(name, lo - first, hi - lo)
             _parse_window(files, out, members, pos[members], window, lo, first, seg_bytes, name)
@@ -229,21 +228,24 @@ def _parse_window(
     good = np.flatnonzero(header_ok)
     if len(good) == 0:
         return
+    # body CRCs: one zlib.crc32 per entry over a slice of the window, in one comprehension
+    starts = offsets[good] + formats.ENTRY_HEADER_BYTES
+    ends = offsets[good] + size[good]
     view = window.data
-    body_ok = np.zeros(len(good), dtype=bool)
-    crcs = header["body_crc"][good].tolist()
-    for k, (offset, length) in enumerate(
-        zip(offsets[good].tolist(), size[good].tolist(), strict=True)
-    ):
-        if offset + length <= len(window):
-            body = view[offset + formats.ENTRY_HEADER_BYTES : offset + length]
-        else:  # the index record understated the size: read this entry on its own
-            at = lo - first + offset + formats.ENTRY_HEADER_BYTES
-            body = files.read(name, at, length - formats.ENTRY_HEADER_BYTES).data
-        body_ok[k] = zlib.crc32(body) == crcs[k]
+    crc32 = zlib.crc32
+    inside = ends <= len(window)
+    if inside.all():
+        got = [crc32(view[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    else:  # an index record understated a size: read those entries on their own
+        got = [
+            crc32(view[a:b])
+            if b <= len(window)
+            else crc32(files.read(name, lo - first + a, b - a).data)
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+    body_ok = np.array(got, dtype=np.int64) == header["body_crc"][good]
     out.body_ok[members[good]] = body_ok
     # the 8 bytes after each entry: the next entry's magic and size, a blank record, or zeros
-    ends = offsets[good] + size[good]
     inside = ends + formats.BLANK_BYTES_MIN <= len(window)
     after = np.zeros((len(good), formats.BLANK_BYTES_MIN), dtype=np.uint8)
     after[inside] = window[ends[inside, None] + np.arange(formats.BLANK_BYTES_MIN)]

@@ -115,10 +115,10 @@ def read_tasks(
 def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) -> pa.RecordBatch:
     """Entry rows for the written slots in [lo, hi), with the facts of each slot before."""
     first = max(lo - 1, replica.start_index)  # the slot before lo, for prev_*
-    records, index_files = files.index_records(first, hi)
+    records = files.index_records(first, hi)
     slots = np.arange(first, hi, dtype=np.int64)
     written = records["size"] != 0
-    slots, records, index_files = slots[written], records[written], index_files[written]
+    slots, records = slots[written], records[written]
     data = parse.read_entries(replica, files, records["position"], records["size"])
     # prev_* are facts about entry index-1 only where it was found where its record says
     has_prev = np.zeros(len(slots), dtype=bool)
@@ -138,22 +138,25 @@ def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) ->
             mask[1:] |= missing[:-1]
         return pa.array(out, mask=mask)
 
-    keep = slots >= lo  # drop the slot before lo: it belongs to the previous chunk
     after_missing = data.after_magic < 0
+    n_per_file = replica.index_records_per_file
+    index_firsts, index_file_of = np.unique((slots - 1) // n_per_file, return_inverse=True)
+    index_names = ["index/" + formats.file_name(int(k) * n_per_file + 1) for k in index_firsts]
+    n = len(slots)
     columns = {
-        "group": pa.array([replica.group] * len(slots), pa.string()),
-        "replica": pa.array([replica.name] * len(slots), pa.string()),
+        "group": _repeated(replica.group, n),
+        "replica": _repeated(replica.name, n),
         "index": pa.array(slots),
-        "index_file": pa.array(index_files.tolist(), pa.string()),
+        "index_file": _strings(index_names, index_file_of),
         "rec_position": pa.array(records["position"].astype(np.int64)),
         "rec_index": pa.array(records["index"].astype(np.int64)),
         "rec_term": pa.array(records["term"].astype(np.int64)),
         "rec_size": pa.array(records["size"].astype(np.int64)),
         "rec_kind": pa.array(records["kind"].astype(np.int32)),
-        "file": pa.array(data.file, pa.string()),
+        "file": _strings(data.file_names, data.file_of),
         "position": pa.array(records["position"].astype(np.int64)),
-        "defect": pa.array(data.defect, pa.string()),
-        "io_error": pa.array(data.io_error, pa.string()),
+        "defect": _optional_strings(data.defect),
+        "io_error": _optional_strings(data.io_error),
         "magic": pa.array(data.magic, mask=data.no_header),
         "size": pa.array(data.size, mask=data.no_header),
         "h_index": pa.array(data.index, mask=data.no_header),
@@ -171,7 +174,23 @@ def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) ->
         "prev_after_size": shifted(data.after_size, after_missing),
     }
     batch = pa.RecordBatch.from_pydict(columns, schema=ENTRY_SCHEMA)
-    return batch.filter(pa.array(keep))
+    # drop the slot before lo (it belongs to the previous chunk): slots are sorted
+    return batch.slice(int(np.searchsorted(slots, lo)))
+
+
+def _strings(names: list[str], of: np.ndarray) -> pa.Array:
+    """names[of[i]] for every i, built from the few distinct names."""
+    return pa.array(names, pa.string()).take(pa.array(of.astype(np.int32, copy=False)))
+
+
+def _repeated(name: str, n: int) -> pa.Array:
+    return _strings([name], np.zeros(n, dtype=np.int32))
+
+
+def _optional_strings(values: list[str | None]) -> pa.Array:
+    if not any(values):
+        return pa.nulls(len(values), pa.string())
+    return pa.array(values, pa.string())
 
 
 def entries(spark: SparkSession, replicas: Sequence[layout.Replica]) -> DataFrame:

@@ -79,9 +79,13 @@ def entries_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:
 
 
 def replicas_frame(
-    spark: SparkSession, commits: dict[tuple[str, str], int], start_index: int = 1
+    spark: SparkSession,
+    commits: dict[tuple[str, str], int],
+    start_index: int = 1,
+    starts: dict[tuple[str, str], int] | None = None,
 ) -> DataFrame:
-    """One row per replica; group size, quorum and commit from the replicas given."""
+    """One row per replica; group size, quorum and commit from the replicas given; every
+    replica starts at `start_index` unless `starts` says otherwise."""
     rows = []
     for (group, replica), commit in sorted(commits.items()):
         size = sum(1 for g, _ in commits if g == group)
@@ -91,7 +95,7 @@ def replicas_frame(
                 group,
                 replica,
                 SEGMENT_BYTES,
-                start_index,
+                (starts or {}).get((group, replica), start_index),
                 0,
                 0,
                 commit,

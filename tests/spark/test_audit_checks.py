@@ -166,6 +166,15 @@ def test_entries_past_own_commit_are_an_uncommitted_tail_note(spark: SparkSessio
     ]
 
 
+@pytest.fixture(params=[2, agreement.BUCKET_BITS], ids=["buckets-of-4", "default-buckets"])
+def bucket_bits(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The group checks compare buckets of indexes first: with buckets of 4, the 10 indexes
+    of these logs span three buckets, so a fault sits in one bucket among clean ones."""
+    monkeypatch.setattr(agreement, "BUCKET_BITS", request.param)
+    return int(request.param)
+
+
+@pytest.mark.usefixtures("bucket_bits")
 def test_divergent_committed_entry_names_the_replica(spark: SparkSession) -> None:
     rows = group_rows()
     row(rows, "n2", 7)["body_crc"] = 0xBAD
@@ -182,6 +191,7 @@ def test_divergent_committed_entry_names_the_replica(spark: SparkSession) -> Non
     ]
 
 
+@pytest.mark.usefixtures("bucket_bits")
 def test_divergence_past_the_group_commit_is_not_checked(spark: SparkSession) -> None:
     rows = group_rows()
     row(rows, "n2", 10)["body_crc"] = 0xBAD
@@ -190,6 +200,7 @@ def test_divergence_past_the_group_commit_is_not_checked(spark: SparkSession) ->
     assert found.collect() == []
 
 
+@pytest.mark.usefixtures("bucket_bits")
 def test_committed_entries_held_by_one_replica_are_under_replicated(spark: SparkSession) -> None:
     rows = [r for r in group_rows() if r["replica"] == "n0" or r["index"] <= 8]
     commits = {("g", "n0"): 10, ("g", "n1"): 8, ("g", "n2"): 8}
@@ -200,6 +211,7 @@ def test_committed_entries_held_by_one_replica_are_under_replicated(spark: Spark
     ]
 
 
+@pytest.mark.usefixtures("bucket_bits")
 def test_committed_index_nobody_holds_is_under_replicated(spark: SparkSession) -> None:
     rows = [r for r in group_rows() if r["index"] <= 9]
     commits = {("g", "n0"): 10, ("g", "n1"): 9, ("g", "n2"): 9}
@@ -211,6 +223,27 @@ def test_committed_index_nobody_holds_is_under_replicated(spark: SparkSession) -
             None,
             "committed (group commit 10) but held by 0 of 3 replicas (none); a quorum is 2",
         )
+    ]
+
+
+@pytest.mark.usefixtures("bucket_bits")
+def test_indexes_below_a_replicas_start_count_as_held(spark: SparkSession) -> None:
+    """Retention drops only applied entries: a replica starting at 6 holds 1..5 for the
+    quorum count; a replica that starts at 1 and lacks them does not."""
+    rows = [r for r in group_rows() if r["replica"] == "n0" or r["index"] > 5]
+    entries = entries_frame(spark, rows)
+    starts = {("g", "n2"): 6}
+    found = agreement.under_replicated(entries, replicas_frame(spark, COMMITS, starts=starts))
+    assert found.collect() == []  # n0 holds 1..5, n2 retained past them: 2 of 3
+    rows = [r for r in group_rows() if r["index"] > 5]
+    entries = entries_frame(spark, rows)
+    starts = {("g", "n0"): 6, ("g", "n2"): 6}
+    found = agreement.under_replicated(entries, replicas_frame(spark, COMMITS, starts=starts))
+    assert found.collect() == []  # nobody holds 1..5, but two replicas retained past them
+    found = agreement.under_replicated(entries, replicas_frame(spark, COMMITS, starts={}))
+    assert sorted((r.replica, r["index"], r.detail) for r in found.collect()) == [
+        (None, i, "committed (group commit 10) but held by 0 of 3 replicas (none); a quorum is 2")
+        for i in range(1, 6)
     ]
 
 
