@@ -46,14 +46,19 @@ class EntryReader:
 
     def record(self, index: int) -> Record:
         """The index record for `index` (which the caller knows the log holds), checked."""
+        file = self._index_file(index)
+        record: Record = file.record(index)
+        self._check_record(file, index, record)
+        return record
+
+    def _index_file(self, index: int) -> IndexFile:
+        """The index file holding `index`; CorruptEntry when it is missing."""
         file = self._index.find(index)
         if file is None:
             raise CorruptEntry(
                 self._index_label(index), 0, f"index file for index {index} is missing"
             )
-        record: Record = file.record(index)
-        self._check_record(file, index, record)
-        return record
+        return file
 
     def _index_label(self, index: int) -> str:
         return index_label(self._index.first_of(index))
@@ -67,11 +72,7 @@ class EntryReader:
         """Checked records lo..hi, fetched a chunk at a time."""
         index = lo
         while index <= hi:
-            file = self._index.find(index)
-            if file is None:
-                raise CorruptEntry(
-                    self._index_label(index), 0, f"index file for index {index} is missing"
-                )
+            file = self._index_file(index)
             stop = min(hi, file.last, index + RECORDS_PER_READ - 1)
             start = file.offset(index)
             chunk = file.mm[start : file.offset(stop) + RECORD.size]
@@ -122,11 +123,7 @@ class EntryReader:
         sizes: list[int] = []
         index = lo
         while index <= hi:
-            file = self._index.find(index)
-            if file is None:
-                raise CorruptEntry(
-                    self._index_label(index), 0, f"index file for index {index} is missing"
-                )
+            file = self._index_file(index)
             stop = min(hi, file.last)
             raw = file.mm[file.offset(index) : file.offset(stop) + RECORD.size]
             words, halves, shorts = array("q", raw), array("I", raw), array("H", raw)
