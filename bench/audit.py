@@ -29,10 +29,11 @@ import shutil
 import struct
 import threading
 import time
-import zlib
 from array import array
 from pathlib import Path
 from typing import Any
+
+from isal.isal_zlib import crc32  # the CRC the Spark reader uses too (equal to zlib.crc32)
 
 from dledger.log.config import StoreConfig
 from dledger.log.store import LogStore
@@ -180,8 +181,8 @@ def _walk(store: Path) -> tuple[array, array, array]:
             )
             if magic == BLANK_MAGIC or magic == 0:
                 break
-            assert magic == ENTRY_MAGIC and zlib.crc32(data[at : at + 40]) == header_crc
-            assert zlib.crc32(memoryview(data)[at + 44 : at + size]) == body_crc
+            assert magic == ENTRY_MAGIC and crc32(data[at : at + 40]) == header_crc
+            assert crc32(memoryview(data)[at + 44 : at + size]) == body_crc
             assert index == expected_index and term >= last_term
             assert pos == int(seg.name) + at
             terms.append(term)

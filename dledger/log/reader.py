@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sys
 from array import array
-from binascii import crc32
 from collections.abc import Iterator
 
 import attrs
 
 from dledger import limits
+from dledger.log.checksum import crc32
 from dledger.log.entry import decode_header, header_defect
 from dledger.log.errors import CorruptEntry
 from dledger.log.index_file import RECORD, IndexFile, IndexFiles

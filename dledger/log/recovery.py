@@ -23,11 +23,11 @@ Then the store refuses to open with CorruptEntry naming the file, position and r
 from __future__ import annotations
 
 import mmap
-from binascii import crc32
 
 import attrs
 
 from dledger import limits
+from dledger.log.checksum import crc32
 from dledger.log.entry import (
     BLANK_BYTES_MIN,
     BLANK_MAGIC,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 import struct
-from binascii import crc32
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
 from dledger import limits
+from dledger.log.checksum import crc32
 from dledger.log.errors import CorruptStateFile
 
 # State file. Big-endian. Spec: docs/formats.md#state-files-meta-hardstate-checkpoint.
