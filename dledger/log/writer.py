@@ -198,15 +198,24 @@ class LogWriter:
 
     # --- preparing the next segment -------------------------------------------------------
 
-    def _prepare_target(self) -> int:
+    def _prepare_target(self) -> int | None:
+        """The segment to prepare: the one holding the write position if it does not exist
+        yet, else the next one once the current one is half written (preparing maps and
+        populates a whole segment, so it waits until the log is on its way there)."""
         base = self.segments.base_of(self.write_position)
-        return base if base not in self.segments else base + self.segment_bytes
+        if base not in self.segments:
+            return base
+        if self.write_position - base < self.segment_bytes // 2:
+            return None
+        return base + self.segment_bytes
 
     @property
     def segment_prepare_due(self) -> bool:
         if self._closed:
             return False
         target = self._prepare_target()
+        if target is None:
+            return False
         prepared = self._prepared
         return (prepared is None or prepared.base != target) and target not in self.segments
 
@@ -217,6 +226,8 @@ class LogWriter:
             if self._closed:
                 return
             target = self._prepare_target()
+            if target is None:
+                return
             if self._prepared is not None:
                 if self._prepared.base == target:
                     return

@@ -76,6 +76,8 @@ async def test_flush_once_and_prepare(tmp_path: Path) -> None:
         assert await flusher.flush_once() == 2
         assert await flusher.flush_once() == 2  # nothing dirty: no ticket
         assert store.flushes == 1
+        assert not store.segment_prepare_due  # the segment is not half written yet
+        store.append(batch_of(3, 1, 40, size=1000))  # now it is
         async with trio.open_nursery() as nursery:
             await nursery.start(flusher.run)
             flusher.notify()

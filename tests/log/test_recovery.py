@@ -134,13 +134,13 @@ class TestTornTail:
         """A segment created but never extended (no preallocation) reads as zeros."""
         config = StoreConfig(segment_bytes=4096, index_records_per_file=8, preallocate=False)
         store = open_store(tmp_path, config)
-        store.append(batch_of(1, 1, 3, size=100))
+        store.append(batch_of(1, 1, 3, size=700))  # past half: the next segment is prepared
         store.prepare_next_segment()
         store.abandon()
         os.truncate(segment_files(tmp_path)[1], 0)
-        os.truncate(segment_files(tmp_path)[0], 3 * 144)  # exactly the three entries
+        os.truncate(segment_files(tmp_path)[0], 3 * 744)  # exactly the three entries
         with open_store(tmp_path, config) as store:
-            assert_log(store, 3, size=100)
+            assert_log(store, 3, size=700)
 
 
 class TestDamageIsRefused:

@@ -187,6 +187,11 @@ class TestPrepare:
     def test_rollover_takes_the_prepared_segment(self, tmp_path: Path) -> None:
         with open_store(tmp_path) as store:
             store.append(batch_of(1, 1, 1, size=100))
+            assert not store.segment_prepare_due  # not before the segment is half written
+            store.prepare_next_segment()
+            assert len(segment_files(tmp_path)) == 1
+            store.truncate_after(0)
+            store.append(batch_of(1, 1, 1, size=2100))  # 2144 of 4096 bytes
             assert store.segment_prepare_due
             store.prepare_next_segment()
             assert not store.segment_prepare_due
@@ -199,8 +204,9 @@ class TestPrepare:
 
     def test_prepared_segment_left_by_a_crash_is_removed(self, tmp_path: Path) -> None:
         store = open_store(tmp_path)
-        store.append(batch_of(1, 1, 1, size=100))
+        store.append(batch_of(1, 1, 1, size=2100))  # past half of the segment
         store.prepare_next_segment()
+        assert len(segment_files(tmp_path)) == 2
         store.abandon()
         with open_store(tmp_path) as store:
             assert len(segment_files(tmp_path)) == 1 and store.last_index == 1
