@@ -268,8 +268,7 @@ class Node:
         finally:
             self.stopping = True
             with contextlib.suppress(Exception):  # best effort: the log is safe without it
-                commit = min(self.core.commit_index, self._raft_durable_index())
-                self.store.write_checkpoint(commit, min(self.applied_index, commit))
+                self.store.write_checkpoint(*self._checkpoint_marks())
             # Proposed appends are in the log and may still commit after a restart: unknown.
             # Appends not yet proposed are surely not stored: the client may retry elsewhere.
             self._waiters.fail_all(
@@ -393,6 +392,11 @@ class Node:
         if fx.role is not None:
             self._role_changed_to(fx.role)
 
+    def _checkpoint_marks(self) -> tuple[int, int]:
+        """(commit, applied) for a checkpoint: never past what this replica holds durably."""
+        commit = min(self.core.commit_index, self._raft_durable_index())
+        return commit, min(self.applied_index, commit)
+
     def _raft_durable_index(self) -> int:
         """Durable as far as promises go: fsynced under SYNC_FLUSH, written under ASYNC."""
         return self.store.durable_index if self.sync_flush else self.store.last_index
@@ -498,12 +502,10 @@ class Node:
             self._expire_pending(now)
             if now - last_checkpoint >= self.config.checkpoint_interval_ms / 1000:
                 last_checkpoint = now
-                commit = min(self.core.commit_index, self._raft_durable_index())
-                if (commit, self.applied_index) != written:
-                    written = (commit, self.applied_index)
-                    await trio.to_thread.run_sync(
-                        self.store.write_checkpoint, commit, self.applied_index
-                    )
+                marks = self._checkpoint_marks()
+                if marks != written:
+                    written = marks
+                    await trio.to_thread.run_sync(self.store.write_checkpoint, *marks)
             if now - last_retention >= RETENTION_INTERVAL_S:
                 last_retention = now
                 self._retain()

@@ -9,7 +9,7 @@ kind, and the full list is written by Spark as JSON lines under the output direc
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -37,6 +37,14 @@ class Outcome:
     acked: int
 
 
+def max_per_group(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """group -> the highest index among (group, index) pairs."""
+    highest: dict[str, int] = {}
+    for group, index in pairs:
+        highest[group] = max(highest.get(group, 0), index)
+    return highest
+
+
 def replica_rows(
     replicas: Sequence[Replica],
     acked: Sequence[AckedAppend] | None = None,
@@ -48,10 +56,7 @@ def replica_rows(
     checkpoints lag (they are written periodically, and a replica killed with -9 writes none).
     `held` (group -> highest index any replica's log holds) caps that raise: an acknowledged
     index no replica holds is a `missing_append`, not also an `under_replicated` index."""
-    acked_max: dict[str, int] = {}
-    for a in acked or ():
-        if a.index is not None:
-            acked_max[a.group] = max(acked_max.get(a.group, 0), a.index)
+    acked_max = max_per_group((a.group, a.index) for a in acked or () if a.index is not None)
     if held is not None:
         acked_max = {g: min(i, held.get(g, 0)) for g, i in acked_max.items()}
     rows = []
@@ -121,10 +126,9 @@ def run(
     spans_plan = checks.replica_spans(entries)
     span_rows = spans_plan.collect()  # reads every replica once, filling the cache
     spans = [row.asDict() for row in span_rows]
-    held: dict[str, int] = {}
-    for s in spans:
-        if s["last_index"] is not None:
-            held[s["group"]] = max(held.get(s["group"], 0), int(s["last_index"]))
+    held = max_per_group(
+        (s["group"], int(s["last_index"])) for s in spans if s["last_index"] is not None
+    )
     replicas_df = spark.createDataFrame(replica_rows(replicas, acked, held), REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")

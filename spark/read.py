@@ -188,7 +188,7 @@ def _repeated(name: str, n: int) -> pa.Array:
 
 
 def _optional_strings(values: list[str | None]) -> pa.Array:
-    if not any(values):
+    if all(value is None for value in values):
         return pa.nulls(len(values), pa.string())
     return pa.array(values, pa.string())
 

@@ -33,6 +33,9 @@ def run_group_with_a_leader_kill(root: Path) -> tuple[LocalGroup, list[dict[str,
     history: list[dict[str, object]] = []
     t0 = time.monotonic_ns()
 
+    def record(op: dict[str, object], kind: str, **outcome: object) -> None:
+        history.append({**op, "type": kind, **outcome, "time_ns": time.monotonic_ns() - t0})
+
     async def drive() -> int:
         acked = 0
         async with open_client(group.peers) as client:
@@ -45,32 +48,14 @@ def run_group_with_a_leader_kill(root: Path) -> tuple[LocalGroup, list[dict[str,
                     value = f"w{w}-{n}-" + "x" * 300
                     n += 1
                     op = {"process": w, "f": "append", "value": value, "group": group.group}
-                    history.append({**op, "type": "invoke", "time_ns": time.monotonic_ns() - t0})
+                    record(op, "invoke")
                     try:
                         index = await client.append(value.encode(), timeout=5)
-                    except OutcomeUnknown as err:
-                        history.append(
-                            {
-                                **op,
-                                "type": "info",
-                                "error": str(err),
-                                "time_ns": time.monotonic_ns() - t0,
-                            }
-                        )
+                    except (OutcomeUnknown, AppendFailed) as err:
+                        kind = "info" if isinstance(err, OutcomeUnknown) else "fail"
+                        record(op, kind, error=str(err))
                         continue
-                    except AppendFailed as err:
-                        history.append(
-                            {
-                                **op,
-                                "type": "fail",
-                                "error": str(err),
-                                "time_ns": time.monotonic_ns() - t0,
-                            }
-                        )
-                        continue
-                    history.append(
-                        {**op, "type": "ok", "index": index, "time_ns": time.monotonic_ns() - t0}
-                    )
+                    record(op, "ok", index=index)
                     acked += 1
 
             async def nemesis() -> None:
