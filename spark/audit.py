@@ -81,7 +81,9 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
     except OSError as err:
         print(f"dledger-audit: cannot create --out {args.out}: {err}", file=sys.stderr)
         return report.EXIT_UNREADABLE
-    spark = session.start(args.master)
+    owned = spark is None
+    if spark is None:
+        spark = session.start(args.master)
     try:
         if not args.master.startswith("local"):
             _ship_package(spark.sparkContext)
@@ -91,7 +93,8 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
             )
             outcome = job.run(spark, replicas, acked, os.path.abspath(args.out), progress)
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
     result = report.build(
         outcome,
         replicas,

@@ -154,6 +154,7 @@ def test_a_clean_two_group_store_passes(
     out = tmp_path / "out"
     argv = ["--stores", str(tmp_path / "stores"), "--out", str(out), "--quiet"]
     assert audit.main(argv, spark=spark) == 0
+    assert spark.range(3).count() == 3  # a session handed to main is left running
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"] == "consistent" and report["findings"] == {}
     assert report["entries_checked"] == 3 * 80 + 3 * 50
