@@ -37,12 +37,14 @@ def _version(prefix: str = "") -> Column:
 BUCKET_BITS = 12  # indexes are compared per bucket of 2^12 first; only differing buckets in detail
 
 
-def _bucket() -> Column:
-    return F.shiftright(F.col("index"), BUCKET_BITS).alias("bucket")
+def _bucket(bits: int) -> Column:
+    return F.shiftright(F.col("index"), bits).alias("bucket")
 
 
-def bucket_summary(entries: DataFrame, replicas: DataFrame) -> DataFrame:
-    """Per (group, bucket of 2^BUCKET_BITS indexes, replica): how many sound committed entries
+def bucket_summary(
+    entries: DataFrame, replicas: DataFrame, bucket_bits: int = BUCKET_BITS
+) -> DataFrame:
+    """Per (group, bucket of 2^bucket_bits indexes, replica): how many sound committed entries
     the replica holds there (`n`) and two 64-bit digests of their (index, term, size,
     body_crc). One pass with numeric aggregates only (a hash aggregation, a tiny result). Both
     group checks start from it and take it as `summary` when the caller has it already
@@ -50,7 +52,7 @@ def bucket_summary(entries: DataFrame, replicas: DataFrame) -> DataFrame:
     fields = ("index", *VERSION_FIELDS)
     return (
         committed(entries, replicas)
-        .groupBy("group", _bucket(), "replica")
+        .groupBy("group", _bucket(bucket_bits), "replica")
         .agg(
             F.count("*").alias("n"),
             F.bit_xor(F.xxhash64(*fields)).alias("digest"),
@@ -60,7 +62,10 @@ def bucket_summary(entries: DataFrame, replicas: DataFrame) -> DataFrame:
 
 
 def divergent_entries(
-    entries: DataFrame, replicas: DataFrame, summary: DataFrame | None = None
+    entries: DataFrame,
+    replicas: DataFrame,
+    summary: DataFrame | None = None,
+    bucket_bits: int = BUCKET_BITS,
 ) -> DataFrame:
     """Per replica, the first committed index where it holds another entry than the majority
     of the replicas holding that index (or where no version has a majority).
@@ -68,7 +73,7 @@ def divergent_entries(
     Buckets whose holders all hold the same number of entries with the same digests agree
     index by index (unless two independent 64-bit digests collide at once); only the other
     buckets are compared index by index."""
-    summary = bucket_summary(entries, replicas) if summary is None else summary
+    summary = bucket_summary(entries, replicas, bucket_bits) if summary is None else summary
     held = F.struct("n", "digest", "digest2")
     suspect = (
         summary.groupBy("group", "bucket")
@@ -78,7 +83,7 @@ def divergent_entries(
     )
     c = (
         committed(entries, replicas)
-        .withColumn("bucket", _bucket())
+        .withColumn("bucket", _bucket(bucket_bits))
         .join(F.broadcast(suspect), ["group", "bucket"])  # healthy logs: nothing joins
         .select("group", "replica", "index", "file", "position", *VERSION_FIELDS)
     )
@@ -148,7 +153,10 @@ def reduce_or(columns: list[Column]) -> Column:
 
 
 def under_replicated(
-    entries: DataFrame, replicas: DataFrame, summary: DataFrame | None = None
+    entries: DataFrame,
+    replicas: DataFrame,
+    summary: DataFrame | None = None,
+    bucket_bits: int = BUCKET_BITS,
 ) -> DataFrame:
     """Committed indexes held by fewer replicas than a quorum of the group. An index below a
     replica's first retained index counts as held by it (retention only drops applied
@@ -163,12 +171,12 @@ def under_replicated(
         F.first("group_commit").alias("group_commit"),
         F.min("start_index").alias("lo"),
     )
-    width = 1 << BUCKET_BITS
+    width = 1 << bucket_bits
     buckets = groups.where(F.col("group_commit") >= F.col("lo")).select(
         "group",
         "quorum",
         F.explode(
-            F.sequence(F.shiftright("lo", BUCKET_BITS), F.shiftright("group_commit", BUCKET_BITS))
+            F.sequence(F.shiftright("lo", bucket_bits), F.shiftright("group_commit", bucket_bits))
         ).alias("bucket"),
         "lo",
         "group_commit",
@@ -180,7 +188,7 @@ def under_replicated(
         F.greatest(F.col("lo"), F.col("bucket") * width).alias("b_lo"),
         F.least(F.col("group_commit"), F.col("bucket") * width + (width - 1)).alias("b_hi"),
     )
-    summary = bucket_summary(entries, replicas) if summary is None else summary
+    summary = bucket_summary(entries, replicas, bucket_bits) if summary is None else summary
     counts = summary.select("group", "bucket", "replica", "n")
     grid = buckets.join(replicas.select("group", "replica", "start_index"), "group").join(
         counts, ["group", "bucket", "replica"], "left"
@@ -197,7 +205,7 @@ def under_replicated(
     )
     sound = (
         committed(entries, replicas)
-        .withColumn("bucket", _bucket())
+        .withColumn("bucket", _bucket(bucket_bits))
         .join(F.broadcast(suspect.select("group", "bucket")), ["group", "bucket"])
         .drop("bucket")
     )  # healthy logs: nothing joins

@@ -1,13 +1,15 @@
-"""The audit as one Spark job: read every replica once, run every check, collect the results.
+"""The audit as one Spark job: screen every group's chunks (spark/screen.py), read the chunks
+that are not plainly healthy in detail, run every check, collect the results.
 
-The entries DataFrame is persisted after the first action so that the checks, which each scan
-it, do not read the files again. Findings are small in a healthy store; when a store is badly
+The detailed entries DataFrame is persisted as it is first read so that the checks, which each
+scan it, do not read the files again. Findings are small in a healthy store; when a store is badly
 broken they can be many, so the driver collects only counts and the first EXAMPLES_MAX of each
 kind, and the full list is written by Spark as JSON lines under the output directory.
 """
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -17,12 +19,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark import agreement, checks, read
+from spark import agreement, checks, layout, read, screen
 from spark.history import AckedAppend
 from spark.layout import Replica
 from spark.progress import Progress
 
 EXAMPLES_MAX = 20  # findings of one kind shown in report.json and report.html
+FINDINGS_COLLECT_MAX = 10_000  # fewer are collected at once; more are counted by Spark
 
 
 @attrs.frozen
@@ -35,6 +38,36 @@ class Outcome:
     entries_checked: int
     tasks: int
     acked: int
+
+
+def _summarise(
+    found: list[dict[str, Any]], out_dir: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Counts per (kind, severity) and the first EXAMPLES_MAX findings of each kind, ordered as
+    the Spark path orders them (nulls first); writes findings/ as Spark's JSON writer would
+    (one object per line, null fields left out), replacing what an earlier run left there."""
+
+    def key(f: dict[str, Any], fields: Sequence[str]) -> tuple[Any, ...]:
+        return tuple((f[name] is not None, f[name]) for name in fields)
+
+    found.sort(key=lambda f: key(f, ("kind", "group", "replica", "index", "position", "detail")))
+    tally: dict[tuple[str, str], int] = {}
+    examples: list[dict[str, Any]] = []
+    for f in found:
+        n = tally[(f["kind"], f["severity"])] = tally.get((f["kind"], f["severity"]), 0) + 1
+        if n <= EXAMPLES_MAX:
+            examples.append(f)
+    counts = [{"kind": k, "severity": v, "count": n} for (k, v), n in sorted(tally.items())]
+    fs, path = layout.filesystem(posixpath.join(out_dir, "findings"))
+    fs.delete_dir_contents(path, missing_dir_ok=True)  # as Spark's overwrite would
+    if found:
+        fs.create_dir(path, recursive=True)
+        lines = "".join(
+            json.dumps({k: v for k, v in f.items() if v is not None}) + "\n" for f in found
+        )
+        with fs.open_output_stream(posixpath.join(path, "part-00000.json")) as out:
+            out.write(lines.encode())
+    return counts, examples
 
 
 def max_per_group(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
@@ -94,10 +127,12 @@ def all_findings(
     *,
     spans: DataFrame | None = None,
     summary: DataFrame | None = None,
+    bucket_bits: int = agreement.BUCKET_BITS,
 ) -> DataFrame:
     """Every check's findings in one DataFrame (checks.FINDING_COLUMNS). `spans`
-    (checks.replica_spans) and `summary` (agreement.bucket_summary), when given, are used
-    instead of computing them again: Spark does not reuse them across the checks."""
+    (checks.replica_spans) and `summary` (agreement.bucket_summary with `bucket_bits`), when
+    given, are used instead of computing them again: Spark does not reuse them across the
+    checks."""
     found = [
         checks.unreadable_files(entries),
         checks.row_findings(entries, replicas),  # malformed, index, position, term: one pass
@@ -105,8 +140,8 @@ def all_findings(
         checks.checkpoints_outside_log(entries, replicas, spans),
         checks.uncommitted_tails(entries, replicas),
         checks.unindexed_data(entries, spans),
-        agreement.divergent_entries(entries, replicas, summary),
-        agreement.under_replicated(entries, replicas, summary),
+        agreement.divergent_entries(entries, replicas, summary, bucket_bits),
+        agreement.under_replicated(entries, replicas, summary, bucket_bits),
     ]
     if history is not None and bodies is not None:
         found.append(agreement.missing_appends(history, bodies, replicas))
@@ -119,32 +154,72 @@ def run(
     acked: Sequence[AckedAppend] | None,
     out_dir: str,
     progress: Progress,
+    *,
+    chunk_bits: int | None = screen.CHUNK_BITS_DEFAULT,
 ) -> Outcome:
-    tasks = len(read.plan(replicas))
-    progress.step(f"reading {len(replicas)} replicas in {tasks} tasks")
-    entries = read.entries(spark, replicas).persist(StorageLevel.MEMORY_AND_DISK)
-    spans_plan = checks.replica_spans(entries)
-    span_rows = spans_plan.collect()  # reads every replica once, filling the cache
-    spans = [row.asDict() for row in span_rows]
+    """The audit. First a screening pass (spark/screen.py) over chunks of 2^chunk_bits indexes
+    finds the plainly healthy ones; only the others are read into the entries DataFrame the
+    checks run on. With a history (its check compares the bodies of acknowledged entries,
+    wherever they are), after a screening error, or with chunk_bits None, every entry is read
+    in detail."""
+    screened = None
+    if chunk_bits is not None and acked is None:
+        n = len(screen.plan(replicas, chunk_bits))
+        progress.step(f"screening {len(replicas)} replicas in {n} tasks")
+        screened = screen.Screened.collect(spark, replicas, chunk_bits)
+        if screened.failed is not None:
+            progress.step(f"screening stopped ({screened.failed}): reading every entry")
+            screened = None
+    bucket_bits = agreement.BUCKET_BITS if screened is None else screened.chunk_bits
+    ranges = None if screened is None else screened.detail_ranges(replicas)
+    detail_tasks = len(read.plan(replicas, ranges))
+    tasks = detail_tasks + (0 if screened is None else len(screen.plan(replicas, chunk_bits or 0)))
+    progress.step(f"reading entries in detail in {detail_tasks} tasks")
+    entries = read.entries(spark, replicas, ranges).persist(StorageLevel.MEMORY_AND_DISK)
+    if screened is None:
+        span_rows = [tuple(row) for row in checks.replica_spans(entries).collect()]
+    else:  # every chunk was counted by the screening pass
+        span_rows = list(screened.spans())
+    spans_df = spark.createDataFrame(span_rows, screen.SPANS_SCHEMA)
+    spans = [dict(zip(spans_df.columns, row, strict=True)) for row in span_rows]
     held = max_per_group(
         (s["group"], int(s["last_index"])) for s in spans if s["last_index"] is not None
     )
-    replicas_df = spark.createDataFrame(replica_rows(replicas, acked, held), REPLICA_SCHEMA)
+    replica_table = replica_rows(replicas, acked, held)
+    replicas_df = spark.createDataFrame(replica_table, REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
     # the small facts several checks start from, computed once and handed to them as data
-    spans_df = spark.createDataFrame(span_rows, spans_plan.schema)
-    summary_plan = agreement.bucket_summary(entries, replicas_df)
-    summary_df = spark.createDataFrame(summary_plan.collect(), summary_plan.schema)
+    summary_rows = []
+    if detail_tasks:
+        summary = agreement.bucket_summary(entries, replicas_df, bucket_bits)
+        summary_rows = [tuple(row) for row in summary.collect()]
+    if screened is not None:
+        group_commit = {row[0]: row[9] for row in replica_table}
+        summary_rows += screened.plain_summary(group_commit, bucket_bits)
+    summary_df = spark.createDataFrame(summary_rows, screen.SUMMARY_SCHEMA)
     history = bodies = None
     if acked is not None:
-        rows = [(a.group, a.index, a.value, a.process, a.time_ns) for a in acked]
-        history = spark.createDataFrame(rows, ACKED_SCHEMA)
+        acked_rows = [(a.group, a.index, a.value, a.process, a.time_ns) for a in acked]
+        history = spark.createDataFrame(acked_rows, ACKED_SCHEMA)
         wanted = agreement.history_wanted(history, entries, replicas_df)
         bodies = read.bodies(spark, replicas, wanted)
     findings = all_findings(
-        entries, replicas_df, history, bodies, spans=spans_df, summary=summary_df
+        entries,
+        replicas_df,
+        history,
+        bodies,
+        spans=spans_df,
+        summary=summary_df,
+        bucket_bits=bucket_bits,
     )
+    # one action: a store with few findings (the usual case) has them all on the driver at once
+    few = findings.limit(FINDINGS_COLLECT_MAX + 1).collect()
+    if len(few) <= FINDINGS_COLLECT_MAX:
+        counts, examples = _summarise([row.asDict() for row in few], out_dir)
+        progress.step(f"{sum(c['count'] for c in counts)} findings")
+        entries.unpersist()
+        return Outcome(spans, counts, examples, entries_checked, tasks, len(acked or ()))
     # the union has a partition per input partition of every check: merge them before caching
     findings = findings.coalesce(spark.sparkContext.defaultParallelism).persist()
     counts = [
@@ -161,10 +236,9 @@ def run(
         .orderBy("kind", "group", "replica", "index", "position", "detail")
         .collect()
     ]
-    if counts:
-        findings.orderBy("kind", "group", "replica", "index").coalesce(1).write.mode(
-            "overwrite"
-        ).json(posixpath.join(out_dir, "findings"))
+    findings.orderBy("kind", "group", "replica", "index").coalesce(1).write.mode("overwrite").json(
+        posixpath.join(out_dir, "findings")
+    )
     findings.unpersist()
     entries.unpersist()
     return Outcome(spans, counts, examples, entries_checked, tasks, len(acked or ()))

@@ -65,6 +65,11 @@ class Replica:
     segments: tuple[DataFile, ...]
     index_files: tuple[DataFile, ...]
 
+    @property
+    def key(self) -> tuple[str, str]:
+        """(group, name): unique among the replicas of one audit."""
+        return (self.group, self.name)
+
     def path(self, name: str) -> str:
         """A file of this store, e.g. path("data/000...0") -> <store>/dledger/data/000...0."""
         return posixpath.join(self.uri, STORE_DIR, name)

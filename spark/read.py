@@ -22,7 +22,7 @@ shuffle. The slot before a chunk is read again for that purpose. spark/checks.py
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -82,20 +82,32 @@ class ReadTask:
     hi: int  # one past the last slot
 
 
-def plan(replicas: Sequence[layout.Replica]) -> list[ReadTask]:
+def slot_end(replica: layout.Replica) -> int:
+    """One past the last index slot of the replica's index files (its written slots lie below)."""
+    if not replica.index_files:
+        return replica.start_index
+    last = replica.index_files[-1]
+    slots = min(last.bytes // formats.INDEX_RECORD_BYTES, replica.index_records_per_file)
+    return last.first + slots
+
+
+def plan(
+    replicas: Sequence[layout.Replica],
+    ranges: Mapping[tuple[str, str], Sequence[tuple[int, int]]] | None = None,
+) -> list[ReadTask]:
     """Cut every replica's index slots, from its first retained index to the end of its last
-    index file, into ranges of at most TASK_RECORDS_MAX (a range may span index files)."""
+    index file, into ranges of at most TASK_RECORDS_MAX (a range may span index files).
+    With `ranges` ((group, replica) -> sorted, disjoint [lo, hi) slot ranges), only those
+    slots are read: a replica not named there is not read at all."""
     tasks = []
     for replica in replicas:
-        if not replica.index_files:
-            continue
-        last = replica.index_files[-1]
-        slots = min(last.bytes // formats.INDEX_RECORD_BYTES, replica.index_records_per_file)
-        hi = last.first + slots
-        for first in range(replica.start_index, hi, TASK_RECORDS_MAX):
-            tasks.append(
-                ReadTask(replica.group, replica.name, first, min(hi, first + TASK_RECORDS_MAX))
-            )
+        lo_all, hi_all = replica.start_index, slot_end(replica)
+        wanted = [(lo_all, hi_all)] if ranges is None else ranges.get(replica.key, ())
+        for lo, hi in wanted:
+            lo, hi = max(lo, lo_all), min(hi, hi_all)
+            for first in range(lo, hi, TASK_RECORDS_MAX):
+                end = min(hi, first + TASK_RECORDS_MAX)
+                tasks.append(ReadTask(replica.group, replica.name, first, end))
     return tasks
 
 
@@ -112,8 +124,21 @@ def read_tasks(
                     yield read_chunk(replica, files, lo, hi)
 
 
-def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) -> pa.RecordBatch:
-    """Entry rows for the written slots in [lo, hi), with the facts of each slot before."""
+@attrs.frozen
+class ChunkFacts:
+    """What one replica's index and data say about the written slots of [lo, hi), and the
+    slot before lo: numpy arrays, one element per written slot, sorted by slot."""
+
+    lo: int
+    slots: np.ndarray  # int64: the written slots (index record size != 0)
+    records: np.ndarray  # formats.INDEX_RECORD: their index records
+    data: parse.Entries  # what the data holds where each record points
+    has_prev: np.ndarray  # bool: slot-1 is the row before and sound where its record says
+
+
+def chunk_facts(replica: layout.Replica, files: parse.Files, lo: int, hi: int) -> ChunkFacts:
+    """Read the index records and entries of the written slots in [lo, hi), and of the slot
+    before lo (so that the first row, too, has the facts of the slot before it)."""
     first = max(lo - 1, replica.start_index)  # the slot before lo, for prev_*
     records = files.index_records(first, hi)
     slots = np.arange(first, hi, dtype=np.int64)
@@ -128,6 +153,17 @@ def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) ->
         & (data.index[:-1] == slots[:-1])
         & (data.position[:-1] == records["position"][:-1])
     )
+    return ChunkFacts(lo, slots, records, data, has_prev)
+
+
+def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) -> pa.RecordBatch:
+    """Entry rows for the written slots in [lo, hi), with the facts of each slot before."""
+    return entry_batch(replica, chunk_facts(replica, files, lo, hi))
+
+
+def entry_batch(replica: layout.Replica, facts: ChunkFacts) -> pa.RecordBatch:
+    """ENTRY_SCHEMA rows of a chunk's facts, without the slot before the chunk."""
+    slots, records, data, has_prev = facts.slots, facts.records, facts.data, facts.has_prev
 
     def shifted(values: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
         """values of the slot before each row; null where that slot is not the row before."""
@@ -175,7 +211,7 @@ def read_chunk(replica: layout.Replica, files: parse.Files, lo: int, hi: int) ->
     }
     batch = pa.RecordBatch.from_pydict(columns, schema=ENTRY_SCHEMA)
     # drop the slot before lo (it belongs to the previous chunk): slots are sorted
-    return batch.slice(int(np.searchsorted(slots, lo)))
+    return batch.slice(int(np.searchsorted(slots, facts.lo)))
 
 
 def _strings(names: list[str], of: np.ndarray) -> pa.Array:
@@ -193,12 +229,19 @@ def _optional_strings(values: list[str | None]) -> pa.Array:
     return pa.array(values, pa.string())
 
 
-def entries(spark: SparkSession, replicas: Sequence[layout.Replica]) -> DataFrame:
-    """One row per written index slot of every replica (ENTRY_SCHEMA), one task per range."""
-    tasks = [attrs.astuple(task) for task in plan(replicas)]
-    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
+def entries(
+    spark: SparkSession,
+    replicas: Sequence[layout.Replica],
+    ranges: Mapping[tuple[str, str], Sequence[tuple[int, int]]] | None = None,
+) -> DataFrame:
+    """One row per written index slot of every replica (ENTRY_SCHEMA), one task per range;
+    with `ranges`, of those slot ranges only (see plan)."""
+    tasks = [attrs.astuple(task) for task in plan(replicas, ranges)]
+    if not tasks:  # known empty when planned: the optimizer prunes what joins with it
+        return spark.createDataFrame([], from_arrow_schema(ENTRY_SCHEMA))
+    rdd = spark.sparkContext.parallelize(tasks, len(tasks))
     task_frame = spark.createDataFrame(rdd, from_arrow_schema(TASK_SCHEMA))
-    by_name = {(r.group, r.name): r for r in replicas}
+    by_name = {r.key: r for r in replicas}
     return task_frame.mapInArrow(
         functools.partial(read_tasks, by_name), from_arrow_schema(ENTRY_SCHEMA)
     )
@@ -213,7 +256,7 @@ BODY_BATCH_BYTES_MAX = 16 * formats.MiB  # bodies returned per Arrow batch, plus
 def bodies(spark: SparkSession, replicas: Sequence[layout.Replica], wanted: DataFrame) -> DataFrame:
     """The body bytes of the entries named by `wanted` (group, replica, index, file, position,
     size), for comparisons that need the bytes themselves (acknowledged appends)."""
-    by_name = {(r.group, r.name): r for r in replicas}
+    by_name = {r.key: r for r in replicas}
     columns = wanted.select("group", "replica", "index", "file", "position", "size")
     return columns.mapInArrow(
         functools.partial(read_bodies, by_name), from_arrow_schema(BODY_SCHEMA)

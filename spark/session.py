@@ -16,7 +16,8 @@ DRIVER_MEMORY_DEFAULT = "2g"  # local mode: the driver JVM is also the executor 
 EXECUTOR_MEMORY_DEFAULT = "1g"  # standalone workers: per executor JVM
 # Spark's generated code for the audit's wide rows has methods over HotSpot's 8000-byte JIT
 # limit; without this they run interpreted (the row rules' pass took twice as long).
-JVM_OPTIONS = "-XX:-DontCompileHugeMethods"
+# C1 only: the JVM lives for seconds, and C2 warming up doubled the planning of the one query.
+JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
 
 
 def start(

@@ -1,0 +1,169 @@
+"""The screening pass (spark/screen.py): plain chunks are exactly the healthy ones, and the job
+finds the same findings with it as without it, on every fault the checks know and on random
+byte flips."""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark import job, layout, parse, screen
+from spark.progress import Progress
+from tests.spark import stores
+from tests.spark.stores import payload, write_group, write_replica
+
+N = 60  # entries per replica: segments of 4 KiB hold ~20, index files 16
+BITS = 3  # chunks of 8 indexes: several per segment and per index file
+
+
+def bodies(group: str, n: int = N) -> list[bytes]:
+    return [payload(group, i) for i in range(1, n + 1)]
+
+
+def prefix(root: Path, group: str, replica: str, n: int, commit_index: int) -> Path:
+    """A replica holding the first n of the group's N entries (with the same terms)."""
+    return write_replica(
+        root, group, replica, bodies(group), commit_index=commit_index, truncate_after=n
+    )
+
+
+def plain_chunks(root: Path, group: str) -> dict[int, bool]:
+    """chunk lo -> plain, screened in this process (no JVM)."""
+    members = [r for r in layout.discover([str(root)]) if r.group == group]
+    files = [parse.Files(r) for r in members]
+    commit = max(r.commit_index for r in members)
+    out = {}
+    for task in screen.plan(members, BITS):
+        lo = task.lo
+        while lo < task.hi:
+            end = (lo // (1 << BITS) + 1) * (1 << BITS) - 1
+            rows = screen.screen_chunk(members, files, lo, min(task.hi, end + 1), end, commit)
+            assert len({r["plain"] for r in rows}) == 1
+            out[lo] = bool(rows[0]["plain"])
+            lo = min(task.hi, end + 1)
+    return out
+
+
+def chunk_of(index: int) -> int:
+    return max(1, index >> BITS << BITS)
+
+
+def test_a_healthy_group_is_plain_everywhere(tmp_path: Path) -> None:
+    write_group(tmp_path, "g", N)
+    chunks = plain_chunks(tmp_path, "g")
+    assert chunks and all(chunks.values())
+
+
+def test_a_lagging_replica_keeps_chunks_plain_while_a_quorum_holds(tmp_path: Path) -> None:
+    for r in ("n0", "n1"):
+        write_replica(tmp_path, "g", r, bodies("g"), commit_index=N)
+    prefix(tmp_path, "g", "n2", 45, 45)
+    assert all(plain_chunks(tmp_path, "g").values())
+
+
+@pytest.mark.parametrize(
+    "fault",
+    ["corrupt_body", "record_term", "record_position", "divergent", "uncommitted_tail", "lonely"],
+)
+def test_a_fault_makes_its_chunk_not_plain(tmp_path: Path, fault: str) -> None:
+    at = 30
+    if fault in ("divergent", "lonely"):
+        other = bodies("g")
+        other[at - 1] = bytes(reversed(other[at - 1]))
+        for r in ("n0", "n1"):
+            n = N if fault == "divergent" else at - 1
+            prefix(tmp_path, "g", r, n, n)
+        if fault == "lonely":  # n2 alone holds, and committed, at..N
+            write_replica(tmp_path, "g", "n2", bodies("g"), commit_index=N)
+        else:
+            write_replica(tmp_path, "g", "n2", other, commit_index=N)
+    elif fault == "uncommitted_tail":
+        for r in stores.REPLICAS:
+            write_replica(tmp_path, "g", r, bodies("g"), commit_index=at - 1)
+    elif fault == "record_position":  # n1's record for `at` points at the entry after it
+        write_group(tmp_path, "g", N)
+        path, off, _ = stores.index_record(tmp_path / "g" / "n1", at)
+        _, _, (other_position, *_) = stores.index_record(tmp_path / "g" / "n1", at + 1)
+        with open(path, "r+b") as f:
+            f.seek(off)
+            f.write(struct.pack(">q", other_position))
+    else:
+        made = write_group(tmp_path, "g", N)
+        if fault == "corrupt_body":
+            stores.corrupt_body(made["n1"], at)
+        else:
+            stores.set_record_term(made["n0"], at, 7)
+    chunks = plain_chunks(tmp_path, "g")
+    assert chunks[chunk_of(at)] is False
+    assert chunks[chunk_of(1)] is True  # the chunks before the fault are untouched
+
+
+# --- the job with and without screening ----------------------------------------------------------
+def write_fault_groups(root: Path, seeds: range) -> None:
+    """One group per fault, and one per random byte flip in a healthy group."""
+    write_group(root, "clean", N)
+    other = bodies("divergent")
+    other[29] = bytes(reversed(other[29]))
+    for r in ("n0", "n1"):
+        write_replica(root, "divergent", r, bodies("divergent"), commit_index=N)
+    write_replica(root, "divergent", "n2", other, commit_index=N)
+    for r in ("n0", "n1"):
+        write_replica(root, "tail", r, bodies("tail"), commit_index=50)
+    write_replica(root, "tail", "n2", bodies("tail"), commit_index=50, truncate_after=55)
+    stores.corrupt_body(write_group(root, "corrupt", N)["n1"], 20)
+    stores.set_record_term(write_group(root, "index", N)["n0"], 25, 7)
+    write_replica(root, "lonely", "n0", bodies("lonely"), commit_index=N)
+    for r in ("n1", "n2"):
+        write_replica(root, "lonely", r, bodies("lonely"), commit_index=59, truncate_after=59)
+    for r in ("n0", "n1"):
+        write_replica(root, "lagging", r, bodies("lagging"), commit_index=N)
+    prefix(root, "lagging", "n2", 37, 37)
+    for r in ("n0", "n1"):  # n2's checkpoint claims a commit past the end of its log
+        write_replica(root, "overclaim", r, bodies("overclaim"), commit_index=N)
+    prefix(root, "overclaim", "n2", 40, N)
+    made = write_group(root, "gap", N)  # an index record zeroed in the middle of n1's log
+    path, off, _ = stores.index_record(made["n1"], 33)
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(bytes(stores.INDEX_RECORD_BYTES))
+    for seed in seeds:
+        rng = random.Random(seed)
+        made = write_group(root, f"flip{seed}", N)
+        store = made[rng.choice(stores.REPLICAS)] / "dledger"
+        files = sorted(
+            p for p in (*store.glob("data/*"), *store.glob("index/*")) if p.stat().st_size
+        )
+        target = rng.choice(files)
+        stores.flip_byte(target, rng.randrange(min(target.stat().st_size, 4096)))
+
+
+def findings(spark: SparkSession, root: Path, out: Path, chunk_bits: int | None) -> Any:
+    replicas = layout.discover([str(root)])
+    with Progress(spark.sparkContext, quiet=True) as progress:
+        outcome = job.run(spark, replicas, None, str(out), progress, chunk_bits=chunk_bits)
+    examples = sorted(tuple(sorted(e.items())) for e in outcome.examples)
+    return outcome, examples
+
+
+@pytest.mark.spark
+def test_the_job_finds_the_same_with_and_without_screening(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    write_fault_groups(tmp_path / "stores", range(12))
+    screened, with_screen = findings(spark, tmp_path / "stores", tmp_path / "a", BITS)
+    full, without = findings(spark, tmp_path / "stores", tmp_path / "b", None)
+    assert with_screen == without
+    assert screened.counts == full.counts
+    assert sorted(screened.spans, key=str) == sorted(full.spans, key=str)
+    assert screened.entries_checked == full.entries_checked
+    kinds = {c["kind"] for c in full.counts}
+    for kind in ("divergent_entry", "uncommitted_tail", "malformed_entry", "index_mismatch"):
+        assert kind in kinds  # the faults are there to be found, in both runs
+    for kind in ("under_replicated", "checkpoint_outside_log", "index_gap"):
+        assert kind in kinds
+    assert not {dict(e)["group"] for e in with_screen} & {"clean", "lagging"}
