@@ -2,9 +2,10 @@
 that are not plainly healthy in detail, run every check, collect the results.
 
 The detailed entries DataFrame is persisted as it is first read so that the checks, which each
-scan it, do not read the files again. Findings are small in a healthy store; when a store is badly
-broken they can be many, so the driver collects only counts and the first EXAMPLES_MAX of each
-kind, and the full list is written by Spark as JSON lines under the output directory.
+scan it, do not read the files again. Findings are small in a healthy store and the driver
+collects them in one action (at most FINDINGS_COLLECT_MAX); when a store is badly broken they can
+be many, so the driver collects only counts and the first EXAMPLES_MAX of each kind, and the full
+list is written by Spark as JSON lines under the output directory.
 """
 
 from __future__ import annotations
@@ -162,18 +163,18 @@ def run(
     checks run on. With a history (its check compares the bodies of acknowledged entries,
     wherever they are), after a screening error, or with chunk_bits None, every entry is read
     in detail."""
-    screened = None
+    screened, screen_tasks = None, 0
     if chunk_bits is not None and acked is None:
-        n = len(screen.plan(replicas, chunk_bits))
-        progress.step(f"screening {len(replicas)} replicas in {n} tasks")
+        screen_tasks = len(screen.plan(replicas, chunk_bits))
+        progress.step(f"screening {len(replicas)} replicas in {screen_tasks} tasks")
         screened = screen.Screened.collect(spark, replicas, chunk_bits)
         if screened.failed is not None:
             progress.step(f"screening stopped ({screened.failed}): reading every entry")
-            screened = None
+            screened, screen_tasks = None, 0
     bucket_bits = agreement.BUCKET_BITS if screened is None else screened.chunk_bits
     ranges = None if screened is None else screened.detail_ranges(replicas)
     detail_tasks = len(read.plan(replicas, ranges))
-    tasks = detail_tasks + (0 if screened is None else len(screen.plan(replicas, chunk_bits or 0)))
+    tasks = detail_tasks + screen_tasks
     progress.step(f"reading entries in detail in {detail_tasks} tasks")
     entries = read.entries(spark, replicas, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     if screened is None:
@@ -185,8 +186,7 @@ def run(
     held = max_per_group(
         (s["group"], int(s["last_index"])) for s in spans if s["last_index"] is not None
     )
-    replica_table = replica_rows(replicas, acked, held)
-    replicas_df = spark.createDataFrame(replica_table, REPLICA_SCHEMA)
+    replicas_df = spark.createDataFrame(replica_rows(replicas, acked, held), REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
     # the small facts several checks start from, computed once and handed to them as data
@@ -195,8 +195,7 @@ def run(
         summary = agreement.bucket_summary(entries, replicas_df, bucket_bits)
         summary_rows = [tuple(row) for row in summary.collect()]
     if screened is not None:
-        group_commit = {row[0]: row[9] for row in replica_table}
-        summary_rows += screened.plain_summary(group_commit, bucket_bits)
+        summary_rows += screened.plain_summary(replicas)
     summary_df = spark.createDataFrame(summary_rows, screen.SUMMARY_SCHEMA)
     history = bodies = None
     if acked is not None:

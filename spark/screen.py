@@ -29,6 +29,7 @@ test_screen.py holds the job's findings with and without this pass equal on ever
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Sequence
 
@@ -97,6 +98,29 @@ class Held:
     term: np.ndarray  # of the rows, by slot from first_index
     size: np.ndarray
     body_crc: np.ndarray
+
+    @classmethod
+    def nothing(cls, shape_ok: bool) -> Held:
+        """A replica holding nothing of the chunk (or, not shape_ok, not known to)."""
+        none = np.zeros(0, np.int64)
+        return cls(shape_ok, 0, None, None, 0, none, none, none)
+
+
+def group_commit(members: Sequence[layout.Replica]) -> int:
+    """A group's commit index as the screen sees it: the highest its replicas' checkpoints
+    record (the job screens only without a history, whose acknowledgements could raise it)."""
+    return max(r.commit_index for r in members)
+
+
+def chunk_ranges(lo: int, hi: int, chunk_bits: int) -> Iterator[tuple[int, int, int]]:
+    """(lo, hi, bucket_end) of the chunks of [lo, hi): cut at multiples of 2^chunk_bits, each
+    with the last index of the aligned bucket it lies in."""
+    width = 1 << chunk_bits
+    while lo < hi:
+        bucket_end = (lo // width + 1) * width - 1
+        end = min(hi, bucket_end + 1)
+        yield lo, end, bucket_end
+        lo = end
 
 
 def judge_replica(
@@ -231,27 +255,17 @@ def screen_tasks(
     chunk_bits: int,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: CHUNK_SCHEMA rows for every chunk of every task row. A group's commit
-    index is the highest its replicas' checkpoints record (the job screens only without a
-    history, whose acknowledgements could raise it)."""
-    width = 1 << chunk_bits
+    """mapInArrow body: CHUNK_SCHEMA rows for every chunk of every task row."""
     for batch in batches:
         for task in batch.to_pylist():
             members = replicas[task["group"]]
-            group_commit = max(r.commit_index for r in members)
-            files = [parse.Files(r) for r in members]
-            try:
+            commit = group_commit(members)
+            with contextlib.ExitStack() as stack:
+                files = [stack.enter_context(parse.Files(r)) for r in members]
                 rows = []
-                lo = task["lo"]
-                while lo < task["hi"]:
-                    bucket_end = (lo // width + 1) * width - 1
-                    hi = min(task["hi"], bucket_end + 1)
-                    rows.extend(screen_chunk(members, files, lo, hi, bucket_end, group_commit))
-                    lo = hi
-                yield pa.RecordBatch.from_pylist(rows, schema=CHUNK_SCHEMA)
-            finally:
-                for f in files:
-                    f.__exit__(None, None, None)
+                for lo, hi, bucket_end in chunk_ranges(task["lo"], task["hi"], chunk_bits):
+                    rows.extend(screen_chunk(members, files, lo, hi, bucket_end, commit))
+            yield pa.RecordBatch.from_pylist(rows, schema=CHUNK_SCHEMA)
 
 
 def screen_chunk(
@@ -269,7 +283,7 @@ def screen_chunk(
             end = min(hi, read.slot_end(replica))
             first = max(lo, replica.start_index)
             if first >= end:
-                helds.append(Held(True, 0, None, None, 0, *([np.zeros(0, np.int64)] * 3)))
+                helds.append(Held.nothing(True))
                 continue
             facts = read.chunk_facts(replica, f, first, end)
             next_written = bool(f.index_records(hi, hi + 1)["size"][0] != 0)
@@ -277,7 +291,7 @@ def screen_chunk(
         plain = judge_group(members, helds, lo, hi, bucket_end, group_commit)
         error = None
     except OSError as err:
-        helds = [Held(False, 0, None, None, 0, *([np.zeros(0, np.int64)] * 3)) for _ in members]
+        helds = [Held.nothing(False) for _ in members]
         plain, error = False, str(err)
     return [
         {
@@ -394,20 +408,21 @@ class Screened:
         return {r.key: merged[r.group] for r in replicas if r.group in merged}
 
     def plain_summary(
-        self, group_commit: dict[str, int], bucket_bits: int
+        self, replicas: Sequence[layout.Replica]
     ) -> list[tuple[str, int, str, int, int, int]]:
-        """SUMMARY_SCHEMA rows of the buckets of plain chunks: each replica's committed entries
-        there are the slots first_index..last_index up to the group commit (the chunk is
-        plain), and all holders hold the same entries, so one digest (0) stands for all."""
-        assert bucket_bits <= self.chunk_bits  # so that no bucket is part plain, part not
+        """SUMMARY_SCHEMA rows, with buckets of 2^chunk_bits indexes, of the plain chunks (a
+        chunk is all of its bucket the logs reach): each replica's committed entries there are
+        the slots first_index..last_index up to the group commit, and all holders hold the
+        same entries, so one digest (0) stands for all."""
+        commits = {
+            g: group_commit([r for r in replicas if r.group == g])
+            for g in {r.group for r in replicas}
+        }
         rows = []
         for c in self.chunks:
             if not c.plain or c.first_index is None or c.last_index is None:
                 continue
-            top = min(c.last_index, group_commit[c.group])
-            for bucket in range(c.first_index >> bucket_bits, (top >> bucket_bits) + 1):
-                lo = max(c.first_index, bucket << bucket_bits)
-                hi = min(top, ((bucket + 1) << bucket_bits) - 1)
-                if hi >= lo:
-                    rows.append((c.group, bucket, c.replica, hi - lo + 1, 0, 0))
+            n = min(c.last_index, commits[c.group]) - c.first_index + 1
+            if n > 0:
+                rows.append((c.group, c.lo >> self.chunk_bits, c.replica, n, 0, 0))
         return rows

@@ -36,16 +36,13 @@ def plain_chunks(root: Path, group: str) -> dict[int, bool]:
     """chunk lo -> plain, screened in this process (no JVM)."""
     members = [r for r in layout.discover([str(root)]) if r.group == group]
     files = [parse.Files(r) for r in members]
-    commit = max(r.commit_index for r in members)
+    commit = screen.group_commit(members)
     out = {}
     for task in screen.plan(members, BITS):
-        lo = task.lo
-        while lo < task.hi:
-            end = (lo // (1 << BITS) + 1) * (1 << BITS) - 1
-            rows = screen.screen_chunk(members, files, lo, min(task.hi, end + 1), end, commit)
+        for lo, hi, bucket_end in screen.chunk_ranges(task.lo, task.hi, BITS):
+            rows = screen.screen_chunk(members, files, lo, hi, bucket_end, commit)
             assert len({r["plain"] for r in rows}) == 1
             out[lo] = bool(rows[0]["plain"])
-            lo = min(task.hi, end + 1)
     return out
 
 
