@@ -164,3 +164,21 @@ def test_the_job_finds_the_same_with_and_without_screening(
     for kind in ("under_replicated", "checkpoint_outside_log", "index_gap"):
         assert kind in kinds
     assert not {dict(e)["group"] for e in with_screen} & {"clean", "lagging"}
+
+
+def test_an_os_error_while_screening_marks_the_chunk_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_group(tmp_path, "g", N)
+    members = layout.discover([str(tmp_path)])
+    files = [parse.Files(r) for r in members]
+
+    def unreadable(self: parse.Files, lo: int, hi: int) -> Any:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(parse.Files, "index_records", unreadable)
+    rows = screen.screen_chunk(members, files, 8, 16, 15, N)
+    assert [(r["plain"], r["rows"]) for r in rows] == [(False, 0)] * 3
+    assert all("Input/output error" in str(r["error"]) for r in rows)
+    chunks = [screen.ChunkRow(**r) for r in rows]  # type: ignore[arg-type]
+    assert screen.Screened(chunks, BITS).failed is not None  # the job then reads every entry
