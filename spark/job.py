@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark import agreement, checks, layout, read, screen
+from spark import agreement, checks, frames, layout, read, screen
 from spark.history import AckedAppend
 from spark.layout import Replica
 from spark.progress import Progress
@@ -129,21 +129,27 @@ def all_findings(
     spans: DataFrame | None = None,
     summary: DataFrame | None = None,
     bucket_bits: int = agreement.BUCKET_BITS,
+    rows: bool = True,
 ) -> DataFrame:
     """Every check's findings in one DataFrame (checks.FINDING_COLUMNS). `spans`
     (checks.replica_spans) and `summary` (agreement.bucket_summary with `bucket_bits`), when
     given, are used instead of computing them again: Spark does not reuse them across the
-    checks."""
-    found = [
-        checks.unreadable_files(entries),
-        checks.row_findings(entries, replicas),  # malformed, index, position, term: one pass
+    checks. `rows` False says `entries` holds no rows (the screen found every chunk plain):
+    the checks that can only find something in entry rows are then left out, because building
+    and planning them costs seconds in a fresh JVM to find nothing."""
+    found = [  # these also judge the per-replica facts: spans, checkpoints, bucket counts
         checks.index_gaps(entries, replicas, spans),
         checks.checkpoints_outside_log(entries, replicas, spans),
-        checks.uncommitted_tails(entries, replicas),
-        checks.unindexed_data(entries, spans),
-        agreement.divergent_entries(entries, replicas, summary, bucket_bits),
         agreement.under_replicated(entries, replicas, summary, bucket_bits),
     ]
+    if rows:
+        found += [
+            checks.unreadable_files(entries),
+            checks.row_findings(entries, replicas),  # malformed, index, position, term
+            checks.uncommitted_tails(entries, replicas),
+            checks.unindexed_data(entries, spans),
+            agreement.divergent_entries(entries, replicas, summary, bucket_bits),
+        ]
     if history is not None and bodies is not None:
         found.append(agreement.missing_appends(history, bodies, replicas))
     return checks.union(found)
@@ -176,17 +182,19 @@ def run(
     detail_tasks = len(read.plan(replicas, ranges))
     tasks = detail_tasks + screen_tasks
     progress.step(f"reading entries in detail in {detail_tasks} tasks")
-    entries = read.entries(spark, replicas, ranges).persist(StorageLevel.MEMORY_AND_DISK)
+    entries = read.entries(spark, replicas, ranges)
+    if detail_tasks:  # an empty frame stays a known-empty relation the optimizer prunes with
+        entries = entries.persist(StorageLevel.MEMORY_AND_DISK)
     if screened is None:
         span_rows = [tuple(row) for row in checks.replica_spans(entries).collect()]
     else:  # every chunk was counted by the screening pass
         span_rows = list(screened.spans())
-    spans_df = spark.createDataFrame(span_rows, screen.SPANS_SCHEMA)
+    spans_df = frames.local(spark, span_rows, screen.SPANS_SCHEMA)
     spans = [dict(zip(spans_df.columns, row, strict=True)) for row in span_rows]
     held = max_per_group(
         (s["group"], int(s["last_index"])) for s in spans if s["last_index"] is not None
     )
-    replicas_df = spark.createDataFrame(replica_rows(replicas, acked, held), REPLICA_SCHEMA)
+    replicas_df = frames.local(spark, replica_rows(replicas, acked, held), REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
     # the small facts several checks start from, computed once and handed to them as data
@@ -196,11 +204,11 @@ def run(
         summary_rows = [tuple(row) for row in summary.collect()]
     if screened is not None:
         summary_rows += screened.plain_summary(replicas)
-    summary_df = spark.createDataFrame(summary_rows, screen.SUMMARY_SCHEMA)
+    summary_df = frames.local(spark, summary_rows, screen.SUMMARY_SCHEMA)
     history = bodies = None
     if acked is not None:
         acked_rows = [(a.group, a.index, a.value, a.process, a.time_ns) for a in acked]
-        history = spark.createDataFrame(acked_rows, ACKED_SCHEMA)
+        history = frames.local(spark, acked_rows, ACKED_SCHEMA)
         wanted = agreement.history_wanted(history, entries, replicas_df)
         bodies = read.bodies(spark, replicas, wanted)
     findings = all_findings(
@@ -211,6 +219,7 @@ def run(
         spans=spans_df,
         summary=summary_df,
         bucket_bits=bucket_bits,
+        rows=detail_tasks > 0,
     )
     # one action: a store with few findings (the usual case) has them all on the driver at once
     few = findings.limit(FINDINGS_COLLECT_MAX + 1).collect()

@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark import formats, layout, parse
+from spark import formats, frames, layout, parse
 
 TASK_RECORDS_MAX = 1 << 18  # slots per Spark task: ~256 MiB of 1 KiB entries, 8 MiB of index
 CHUNK_RECORDS_MAX = 1 << 14  # slots parsed at once in a task: bounds the arrays of one batch
@@ -238,7 +238,7 @@ def entries(
     with `ranges`, of those slot ranges only (see plan)."""
     tasks = [attrs.astuple(task) for task in plan(replicas, ranges)]
     if not tasks:  # known empty when planned: the optimizer prunes what joins with it
-        return spark.createDataFrame([], from_arrow_schema(ENTRY_SCHEMA))
+        return frames.empty(spark, ENTRY_SCHEMA)
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
     task_frame = spark.createDataFrame(rdd, from_arrow_schema(TASK_SCHEMA))
     by_name = {r.key: r for r in replicas}

@@ -101,6 +101,17 @@ def test_a_fault_makes_its_chunk_not_plain(tmp_path: Path, fault: str) -> None:
 
 
 # --- the job with and without screening ----------------------------------------------------------
+def write_lagging_and_overclaim(root: Path) -> None:
+    """Two groups whose every chunk is plain: n2 lags (fine), and n2's checkpoint claims a
+    commit past the end of its log (a checkpoint_outside_log finding)."""
+    for r in ("n0", "n1"):
+        write_replica(root, "lagging", r, bodies("lagging"), commit_index=N)
+    prefix(root, "lagging", "n2", 37, 37)
+    for r in ("n0", "n1"):
+        write_replica(root, "overclaim", r, bodies("overclaim"), commit_index=N)
+    prefix(root, "overclaim", "n2", 40, N)
+
+
 def write_fault_groups(root: Path, seeds: range) -> None:
     """One group per fault, and one per random byte flip in a healthy group."""
     write_group(root, "clean", N)
@@ -117,12 +128,7 @@ def write_fault_groups(root: Path, seeds: range) -> None:
     write_replica(root, "lonely", "n0", bodies("lonely"), commit_index=N)
     for r in ("n1", "n2"):
         write_replica(root, "lonely", r, bodies("lonely"), commit_index=59, truncate_after=59)
-    for r in ("n0", "n1"):
-        write_replica(root, "lagging", r, bodies("lagging"), commit_index=N)
-    prefix(root, "lagging", "n2", 37, 37)
-    for r in ("n0", "n1"):  # n2's checkpoint claims a commit past the end of its log
-        write_replica(root, "overclaim", r, bodies("overclaim"), commit_index=N)
-    prefix(root, "overclaim", "n2", 40, N)
+    write_lagging_and_overclaim(root)
     made = write_group(root, "gap", N)  # an index record zeroed in the middle of n1's log
     path, off, _ = stores.index_record(made["n1"], 33)
     with open(path, "r+b") as f:
@@ -164,6 +170,33 @@ def test_the_job_finds_the_same_with_and_without_screening(
     for kind in ("under_replicated", "checkpoint_outside_log", "index_gap"):
         assert kind in kinds
     assert not {dict(e)["group"] for e in with_screen} & {"clean", "lagging"}
+
+
+@pytest.mark.spark
+def test_a_store_with_every_chunk_plain_still_gets_the_findings_of_its_facts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """No entry needs detail here, so the job runs only the checks that judge per-replica
+    facts (job.all_findings rows=False): they must still find what the facts show."""
+    root = tmp_path / "stores"
+    write_group(root, "clean", N)
+    write_lagging_and_overclaim(root)
+    for r in ("n0", "n1"):  # n2 claims commits 48..60 that no replica holds
+        prefix(root, "ahead", r, 47, 47)
+    prefix(root, "ahead", "n2", 47, N)
+    for group in ("clean", "lagging", "overclaim", "ahead"):
+        assert all(plain_chunks(root, group).values())
+    screened, with_screen = findings(spark, root, tmp_path / "a", BITS)
+    full, without = findings(spark, root, tmp_path / "b", None)
+    assert screened.tasks == len(screen.plan(layout.discover([str(root)]), BITS))  # no detail
+    assert with_screen == without
+    assert screened.counts == full.counts
+    found = {(dict(e)["kind"], dict(e)["group"], dict(e)["replica"]) for e in with_screen}
+    assert ("checkpoint_outside_log", "overclaim", "n2") in found
+    assert ("checkpoint_outside_log", "ahead", "n2") in found
+    short = [dict(e) for e in with_screen if dict(e)["kind"] == "under_replicated"]
+    assert sorted(e["index"] for e in short) == list(range(48, N + 1))
+    assert {e["group"] for e in short} == {"ahead"}
 
 
 def test_an_os_error_while_screening_marks_the_chunk_failed(

@@ -1,0 +1,39 @@
+"""Driver-held rows become LocalRelations (spark/frames.py): the job's planning relies on it."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from spark import frames, read, screen
+
+pytestmark = pytest.mark.spark
+
+
+def optimized(df: DataFrame) -> str:
+    return str(df._jdf.queryExecution().optimizedPlan().getClass().getSimpleName())
+
+
+def test_tuples_and_dicts_arrive_as_rows_of_a_local_relation(spark: SparkSession) -> None:
+    rows = [("g", "n0", 3, 1, 3, 300), ("g", "n1", 0, None, None, 0)]
+    df = frames.local(spark, rows, screen.SPANS_SCHEMA)
+    assert optimized(df) == "LocalRelation"
+    assert [tuple(r) for r in df.collect()] == rows
+    assert df.schema == frames.struct(screen.SPANS_SCHEMA)
+    named = [dict(zip(df.columns, r, strict=True)) for r in rows]
+    assert [tuple(r) for r in frames.local(spark, named, screen.SPANS_SCHEMA).collect()] == rows
+
+
+def test_an_empty_frame_is_pruned_while_planning(spark: SparkSession) -> None:
+    entries = frames.empty(spark, read.ENTRY_SCHEMA)
+    facts = frames.local(spark, [], "group string, commit_index long")
+    assert entries.count() == 0 and facts.columns == ["group", "commit_index"]
+    joined = entries.join(facts, "group").groupBy("group").count()
+    assert optimized(joined) == "LocalRelation"  # no job needed to learn it is empty
+
+
+def test_rows_that_do_not_fit_the_schema_are_refused(spark: SparkSession) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        frames.local(spark, [("g", "not a number")], "group string, n long")
+    with pytest.raises(TypeError, match="not a row schema"):
+        frames.struct("long")
