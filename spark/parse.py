@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 import pyarrow.fs as pafs
 from isal import isal_zlib
+from numpy.lib.stride_tricks import sliding_window_view
 
 from spark import formats, layout
 
@@ -205,7 +206,8 @@ def _parse_window(
 ) -> None:
     """Headers, CRCs and following bytes of the entries at `pos`, all inside `window`."""
     offsets = pos - lo
-    rows = window[offsets[:, None] + np.arange(formats.ENTRY_HEADER_BYTES)]
+    # each header's bytes as a row of a sliding view: a copy of rows, not of single bytes
+    rows = sliding_window_view(window, formats.ENTRY_HEADER_BYTES)[offsets]
     header = np.ascontiguousarray(rows).view(formats.ENTRY_HEADER).reshape(-1)
     header_crc_ok = crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES]) == header["header_crc"]
     size = header["size"].astype(np.int64)
@@ -249,7 +251,7 @@ def _parse_window(
     # the 8 bytes after each entry: the next entry's magic and size, a blank record, or zeros
     inside = ends + formats.BLANK_BYTES_MIN <= len(window)
     after = np.zeros((len(good), formats.BLANK_BYTES_MIN), dtype=np.uint8)
-    after[inside] = window[ends[inside, None] + np.arange(formats.BLANK_BYTES_MIN)]
+    after[inside] = sliding_window_view(window, formats.BLANK_BYTES_MIN)[ends[inside]]
     for j in np.flatnonzero(~inside).tolist():
         at = lo - first + int(ends[j])
         if at < seg_bytes:
