@@ -8,7 +8,9 @@ Stores are written once by the project's log writer (dledger.log.store.LogStore)
 directory (--cache; reused by later runs, removed with --clean), with 1 GiB segments for the
 main comparison and, for the memory comparison, group g1 again with small segments. Measures:
 
-  audit      dledger-audit's job on local[2]: wall time (session start included) and entries/s
+  audit      dledger-audit's job on local[2]: wall time (session start included) and entries/s,
+             with the JVM class archive dledger-audit-prepare makes (made first if missing, not
+             timed), and again without it (audit_without_jvm_archive)
   reference  bench/audit.py's own pure-Python check of the same stores, one process: walk every
              segment, check both CRCs, order, positions, and compare replicas per index
   cat        read every data and index file once with 1 MiB sequential reads
@@ -27,18 +29,22 @@ import os
 import platform
 import shutil
 import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from array import array
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from isal.isal_zlib import crc32  # the CRC the Spark reader uses too (equal to zlib.crc32)
 
 from dledger.log.config import StoreConfig
 from dledger.log.store import LogStore
 from dledger.raft.entries import data_batch
-from spark import job, layout, session
+from spark import job, jvm_archive, layout, session
 from spark.progress import Progress
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -127,7 +133,32 @@ def _descendants(root: int) -> list[tuple[int, str, int]]:
     return out
 
 
+def cpu_ticks() -> list[int]:
+    """The machine's CPU time so far, from /proc/stat: user ... steal, in clock ticks."""
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
+def steal_percent(before: list[int], after: list[int]) -> float:
+    """Share of CPU time the hypervisor took between two cpu_ticks(): figures need it here."""
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    return round(100 * spent[7] / max(1, sum(spent)), 1)
+
+
+def prepare_jvm_archive() -> dict[str, Any]:
+    """dledger-audit-prepare, as an installation would have run it (not timed with the audit)."""
+    began = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "spark.jvm_archive"], capture_output=True, text=True, check=True
+    )
+    return {
+        "path": str(jvm_archive.archive_path(session.JVM_OPTIONS)),
+        "prepare_s": round(time.perf_counter() - began, 1),
+        "said": done.stdout.strip(),
+    }
+
+
 def run_audit(stores: list[Path], master: str) -> dict[str, Any]:
+    ticks = cpu_ticks()
     began = time.perf_counter()
     replicas = layout.discover([str(s) for s in stores])
     with PeakRss() as rss:
@@ -148,11 +179,14 @@ def run_audit(stores: list[Path], master: str) -> dict[str, Any]:
         "tasks": outcome.tasks,
         "peak_rss_jvm_mb": round(rss.jvm / 1e6),
         "peak_rss_python_worker_mb": round(rss.python_worker / 1e6),
+        "jvm_archive": jvm_archive.use_options(session.JVM_OPTIONS) != "",
+        "steal_percent": steal_percent(ticks, cpu_ticks()),
     }
 
 
 def reference_check(root: Path) -> dict[str, Any]:
     """The same checks in one Python process, walking the segments in order."""
+    ticks = cpu_ticks()
     began = time.perf_counter()
     total = 0
     for group in sorted(os.listdir(root)):
@@ -166,7 +200,12 @@ def reference_check(root: Path) -> dict[str, Any]:
         for replica, log in logs.items():
             assert log == first, f"{group}/{replica} differs"  # equal terms, sizes, body CRCs
     wall = time.perf_counter() - began
-    return {"wall_s": round(wall, 2), "entries": total, "entries_per_s": round(total / wall)}
+    return {
+        "wall_s": round(wall, 2),
+        "entries": total,
+        "entries_per_s": round(total / wall),
+        "steal_percent": steal_percent(ticks, cpu_ticks()),
+    }
 
 
 def _walk(store: Path) -> tuple[array, array, array]:
@@ -237,10 +276,18 @@ def main() -> None:
             "generate_s": round(generated_s, 1),
         },
     }
+    result["jvm_archive"] = prepare_jvm_archive()
+    print("jvm archive", result["jvm_archive"])
     result["cat"] = cat(main_root)
     print("cat", result["cat"])
     result["audit"] = run_audit([main_root], args.master)
     print("audit", result["audit"])
+    with (  # the same audit with a driver that loads every class itself
+        tempfile.TemporaryDirectory() as no_archive,
+        mock.patch.dict(os.environ, {jvm_archive.CACHE_ENV: no_archive}),
+    ):
+        result["audit_without_jvm_archive"] = run_audit([main_root], args.master)
+    print("audit without the JVM class archive", result["audit_without_jvm_archive"])
     result["reference"] = reference_check(main_root)
     print("reference", result["reference"])
     result["memory"] = {

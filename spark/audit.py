@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from spark import history, job, layout, report, session
+from spark import history, job, jvm_archive, layout, report, session
 from spark.progress import Progress
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -88,6 +88,8 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
         if not args.master.startswith("local"):
             _ship_package(spark.sparkContext)
         with Progress(spark.sparkContext, quiet=args.quiet) as progress:
+            if owned:
+                progress.step(jvm_archive.describe(session.JVM_OPTIONS))
             progress.step(
                 f"found {len(replicas)} replicas in {len({r.group for r in replicas})} groups"
             )

@@ -10,6 +10,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from spark import jvm_archive
+
 LOOPBACK = "127.0.0.1"
 SHUFFLE_PARTITIONS_DEFAULT = 8  # the audit shuffles little: group checks on narrow columns
 DRIVER_MEMORY_DEFAULT = "2g"  # local mode: the driver JVM is also the executor (cached entries)
@@ -27,8 +29,13 @@ def start(
     shuffle_partitions: int = SHUFFLE_PARTITIONS_DEFAULT,
     driver_memory: str = DRIVER_MEMORY_DEFAULT,
     extra: dict[str, str] | None = None,
+    archive_options: str | None = None,
 ) -> SparkSession:
-    """A SparkSession bound to 127.0.0.1 with the UI off; reuses none left by others."""
+    """A SparkSession bound to 127.0.0.1 with the UI off; reuses none left by others. The
+    driver maps the JVM class archive (spark/jvm_archive.py) if there is one, or takes
+    `archive_options` instead."""
+    if archive_options is None:
+        archive_options = jvm_archive.use_options(JVM_OPTIONS)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # the launcher and any UI bind here
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -41,13 +48,16 @@ def start(
         .config("spark.driver.bindAddress", LOOPBACK)
         .config("spark.driver.memory", driver_memory)
         .config("spark.executor.memory", EXECUTOR_MEMORY_DEFAULT)
-        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.driver.extraJavaOptions", f"{JVM_OPTIONS} {archive_options}".strip())
         .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.session.timeZone", "UTC")
+        # PySpark 4 otherwise records the Python call site of every Column function, with
+        # three or four extra JVM round trips each: building the rule set's query took seconds
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)

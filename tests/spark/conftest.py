@@ -1,17 +1,43 @@
-"""One SparkSession for the whole tests/spark run: a JVM costs seconds and hundreds of MiB."""
+"""One SparkSession for the whole tests/spark run: a JVM costs seconds and hundreds of MiB. Its
+driver, and every dledger-audit process the tests start, maps a JVM class archive made once
+per run by dledger-audit-prepare: that proves the command, and saves more than it costs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from spark import session
+from spark import jvm_archive, session
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The archive's path, in a cache of this run that DLEDGER_AUDIT_CACHE names meanwhile."""
+    cache = tmp_path_factory.mktemp("jvm-archive")
+    result = subprocess.run(
+        [sys.executable, "-m", "spark.jvm_archive", "--cache", str(cache)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    before = os.environ.get(jvm_archive.CACHE_ENV)
+    os.environ[jvm_archive.CACHE_ENV] = str(cache)
+    try:
+        yield jvm_archive.archive_path(session.JVM_OPTIONS)
+    finally:
+        if before is None:
+            os.environ.pop(jvm_archive.CACHE_ENV, None)
+        else:
+            os.environ[jvm_archive.CACHE_ENV] = before
+
+
+@pytest.fixture(scope="session")
+def spark(archive: Path) -> Iterator[SparkSession]:
     s = session.start("local[1]", app_name="dledger-audit-tests", shuffle_partitions=4)
     yield s
     s.stop()

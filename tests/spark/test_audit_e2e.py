@@ -100,7 +100,8 @@ def audit(stores: Path, history: Path | None, out: Path, master: str) -> dict[st
     return report
 
 
-def test_audit_passes_on_a_real_group_after_a_leader_kill(tmp_path: Path) -> None:
+def test_audit_passes_on_a_real_group_after_a_leader_kill(tmp_path: Path, archive: Path) -> None:
+    """The audits' drivers map the run's JVM class archive (conftest.archive)."""
     group, ops, commit = run_group_with_a_leader_kill(tmp_path / "run")
     history = tmp_path / "history.jsonl"
     history.write_text("".join(json.dumps(op) + "\n" for op in ops))
