@@ -103,7 +103,7 @@ class PeakRss:
             for _pid, cmd, rss in _descendants(me):
                 if "java" in cmd:
                     self.jvm = max(self.jvm, rss)
-                elif "pyspark" in cmd or "python" in cmd:
+                elif "pyspark" in cmd:  # the daemon and the workers it forks, not the driver
                     self.python_worker = max(self.python_worker, rss)
 
 
@@ -157,26 +157,40 @@ def prepare_jvm_archive() -> dict[str, Any]:
     }
 
 
+def audit_once(stores: list[str], master: str) -> None:
+    """One audit in this process (`--one`), its outcome as JSON on stdout's last line."""
+    replicas = layout.discover(stores)
+    spark = session.start(master)
+    try:
+        with Progress(spark.sparkContext) as progress:
+            out = Path("/tmp") / f"dledger-audit-bench-out-{os.getpid()}"
+            outcome = job.run(spark, replicas, None, str(out), progress)
+            shutil.rmtree(out, ignore_errors=True)
+    finally:
+        spark.stop()
+    print(json.dumps({"counts": outcome.counts, "entries": outcome.entries_checked,
+                      "tasks": outcome.tasks}))  # fmt: skip
+
+
 def run_audit(stores: list[Path], master: str) -> dict[str, Any]:
+    """An audit in a process of its own, as `dledger-audit` runs: PySpark keeps its JVM for the
+    life of the Python process, so a second audit in one process would start warm."""
     ticks = cpu_ticks()
     began = time.perf_counter()
-    replicas = layout.discover([str(s) for s in stores])
     with PeakRss() as rss:
-        spark = session.start(master)
-        try:
-            with Progress(spark.sparkContext) as progress:
-                out = Path("/tmp") / f"dledger-audit-bench-out-{os.getpid()}"
-                outcome = job.run(spark, replicas, None, str(out), progress)
-                shutil.rmtree(out, ignore_errors=True)
-        finally:
-            spark.stop()
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.audit", "--master", master, "--one",
+             *map(str, stores)],
+            stdout=subprocess.PIPE, text=True, check=True,
+        )  # fmt: skip
     wall = time.perf_counter() - began
-    assert not outcome.counts, outcome.counts  # the generated stores are clean
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not outcome["counts"], outcome["counts"]  # the generated stores are clean
     return {
         "wall_s": round(wall, 2),
-        "entries": outcome.entries_checked,
-        "entries_per_s": round(outcome.entries_checked / wall),
-        "tasks": outcome.tasks,
+        "entries": outcome["entries"],
+        "entries_per_s": round(outcome["entries"] / wall),
+        "tasks": outcome["tasks"],
         "peak_rss_jvm_mb": round(rss.jvm / 1e6),
         "peak_rss_python_worker_mb": round(rss.python_worker / 1e6),
         "jvm_archive": jvm_archive.use_options(session.JVM_OPTIONS) != "",
@@ -252,7 +266,11 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("/tmp/dledger-audit-bench"))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--clean", action="store_true", help="remove the cache at the end")
+    parser.add_argument("--one", nargs="+", metavar="STORE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        audit_once(args.one, args.master)
+        return
     entries = args.entries or (20_000 if args.quick else 1_000_000)
     large, small = (1 * GiB, 64 * MiB) if not args.quick else (1 * GiB, 1 * MiB)
     main_root = args.cache / f"e{entries}-s{large}"

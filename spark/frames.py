@@ -16,7 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import DataType, StructType
 
 
@@ -52,3 +53,17 @@ def local(
 def empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
     """No rows of an Arrow schema, as an empty LocalRelation."""
     return spark.createDataFrame(schema.empty_table())
+
+
+TASK_ID = "_task"  # the column tasks() joins on; dropped again
+
+
+def tasks(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: pa.Schema) -> DataFrame:
+    """One row per partition: the task rows a mapInArrow body runs, one Spark task each. Built in
+    the JVM, a range of one row per partition joined with the rows as a broadcast LocalRelation;
+    parallelize() would first run a Python worker per task to pickle its row (the audit's first
+    job started ~1.5 s later that way)."""
+    fields = from_arrow_schema(pa.schema([pa.field(TASK_ID, pa.int64()), *schema]))
+    table = local(spark, [(i, *row) for i, row in enumerate(rows)], fields)
+    ids = spark.range(0, len(rows), 1, max(1, len(rows))).withColumnRenamed("id", TASK_ID)
+    return ids.join(F.broadcast(table), TASK_ID).drop(TASK_ID)

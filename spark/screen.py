@@ -39,7 +39,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark import formats, layout, parse, read
+from spark import formats, frames, layout, parse, read
 
 CHUNK_BITS_DEFAULT = 12  # 4096 indexes: agreement.BUCKET_BITS, and ~4 MiB of 1 KiB entries
 TASK_CHUNKS_MAX = 32  # chunks per screening task (of all replicas of a group)
@@ -313,8 +313,7 @@ def screen_chunk(
 def chunks(spark: SparkSession, replicas: Sequence[layout.Replica], chunk_bits: int) -> DataFrame:
     """CHUNK_SCHEMA: one row per (chunk, replica) of every group, from one pass over the data."""
     tasks = [attrs.astuple(task) for task in plan(replicas, chunk_bits)]
-    rdd = spark.sparkContext.parallelize(tasks, max(1, len(tasks)))
-    task_frame = spark.createDataFrame(rdd, from_arrow_schema(TASK_SCHEMA))
+    task_frame = frames.tasks(spark, tasks, TASK_SCHEMA)
     by_group: dict[str, list[layout.Replica]] = {}
     for r in replicas:
         by_group.setdefault(r.group, []).append(r)

@@ -37,3 +37,13 @@ def test_rows_that_do_not_fit_the_schema_are_refused(spark: SparkSession) -> Non
         frames.local(spark, [("g", "not a number")], "group string, n long")
     with pytest.raises(TypeError, match="not a row schema"):
         frames.struct("long")
+
+
+def test_tasks_are_one_row_per_partition_without_a_python_stage(spark: SparkSession) -> None:
+    rows = [("g", "n0", 1, 100), ("g", "n1", 1, 100), ("h", "n0", 5, 9)]
+    df = frames.tasks(spark, rows, read.TASK_SCHEMA)
+    assert df.columns == read.TASK_SCHEMA.names
+    assert df.rdd.glom().map(len).collect() == [1, 1, 1]
+    assert sorted(tuple(r) for r in df.collect()) == sorted(rows)
+    assert "Python" not in df._jdf.queryExecution().executedPlan().toString()
+    assert frames.tasks(spark, [], read.TASK_SCHEMA).count() == 0
