@@ -4,7 +4,7 @@ acknowledged append in it? A thin main: flags, discovery, one Spark job, the rep
     dledger-audit --stores PATH [PATH ...] --out DIR [--history FILE] [--master local[*]]
 
 Exit 0 when consistent, 1 when a check fails, 2 when an input is unreadable (the path and the
-reason on stderr) or a flag is wrong.
+reason on stderr), a flag is wrong or Spark cannot start.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from spark import history, job, jvm_archive, layout, report, session
@@ -83,7 +84,11 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
         return report.EXIT_UNREADABLE
     owned = spark is None
     if spark is None:
-        spark = session.start(args.master)
+        try:
+            spark = session.start(args.master)
+        except PySparkRuntimeError as err:  # no java, a bad JAVA_HOME, a JVM that will not start
+            print(f"dledger-audit: cannot start Spark ({args.master}): {err}", file=sys.stderr)
+            return report.EXIT_UNREADABLE
     try:
         if not args.master.startswith("local"):
             _ship_package(spark.sparkContext)

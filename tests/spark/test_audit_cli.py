@@ -3,6 +3,9 @@ JVM starts (so these tests need no Spark)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +86,18 @@ def test_manifest_lists_stores(tmp_path: Path) -> None:
     manifest.write_text('{"stores": ["x", "%s"]}' % (tmp_path / "y"))
     found = layout.discover([str(manifest)])
     assert [(r.group, r.name, r.commit_index) for r in found] == [("g", "n0", 1), ("g", "n1", 1)]
+
+
+def test_a_jvm_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
+    """No traceback: the reason Spark gave, and exit 2 (checked in a process of its own, since
+    PySpark keeps one JVM per process)."""
+    stores.write_replica(tmp_path / "s", "g", "n0", [b"x"], commit_index=1)
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java")}
+    result = subprocess.run(
+        [sys.executable, "-m", "spark.audit", "--stores", str(tmp_path / "s"),
+         "--out", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "dledger-audit: cannot start Spark (local[*]):" in result.stderr
+    assert "Traceback" not in result.stderr
