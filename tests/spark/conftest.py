@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from pyspark.sql import SparkSession
@@ -25,15 +26,8 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    before = os.environ.get(jvm_archive.CACHE_ENV)
-    os.environ[jvm_archive.CACHE_ENV] = str(cache)
-    try:
+    with mock.patch.dict(os.environ, {jvm_archive.CACHE_ENV: str(cache)}):
         yield jvm_archive.archive_path(session.JVM_OPTIONS)
-    finally:
-        if before is None:
-            os.environ.pop(jvm_archive.CACHE_ENV, None)
-        else:
-            os.environ[jvm_archive.CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")
