@@ -11,12 +11,12 @@ checks' stages from ~50 to a handful (docs/decisions.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import DataType, StructType
 
@@ -55,15 +55,42 @@ def empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
     return spark.createDataFrame(schema.empty_table())
 
 
-TASK_ID = "_task"  # the column tasks() joins on; dropped again
+def map_tasks(
+    spark: SparkSession,
+    rows: Sequence[Sequence[Any]],
+    schema: pa.Schema,
+    body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    out_schema: pa.Schema,
+) -> DataFrame:
+    """`body` as a mapInArrow over the task `rows` (tuples in `schema` order), one Spark task
+    per row: a range of one id per partition, each id turned back into its row in the task.
+
+    The rows travel inside the pickled function, which Spark ships once per stage. A join of
+    the range with the rows as a broadcast LocalRelation cost a broadcast job and ~0.5 s more
+    planning on a cold JVM; parallelize() ran a Python worker per task to pickle its row
+    first (the audit's first job started ~1.5 s later that way)."""
+    ids = spark.range(0, len(rows), 1, max(1, len(rows)))
+    return ids.mapInArrow(
+        functools.partial(_run_on_rows, [tuple(row) for row in rows], schema, body),
+        from_arrow_schema(out_schema),
+    )
 
 
-def tasks(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: pa.Schema) -> DataFrame:
-    """One row per partition: the task rows a mapInArrow body runs, one Spark task each. Built in
-    the JVM, a range of one row per partition joined with the rows as a broadcast LocalRelation;
-    parallelize() would first run a Python worker per task to pickle its row (the audit's first
-    job started ~1.5 s later that way)."""
-    fields = from_arrow_schema(pa.schema([pa.field(TASK_ID, pa.int64()), *schema]))
-    table = local(spark, [(i, *row) for i, row in enumerate(rows)], fields)
-    ids = spark.range(0, len(rows), 1, max(1, len(rows))).withColumnRenamed("id", TASK_ID)
-    return ids.join(F.broadcast(table), TASK_ID).drop(TASK_ID)
+def _run_on_rows(
+    rows: list[tuple[Any, ...]],
+    schema: pa.Schema,
+    body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Executor side of map_tasks: the task's ids as batches of their rows, through `body`."""
+
+    def picked() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            chosen = [rows[i] for i in batch.column(0).to_pylist()]
+            columns = list(zip(*chosen, strict=True)) if chosen else [() for _ in schema]
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
+                schema=schema,
+            )
+
+    yield from body(picked())

@@ -239,11 +239,9 @@ def entries(
     tasks = [attrs.astuple(task) for task in plan(replicas, ranges)]
     if not tasks:  # known empty when planned: the optimizer prunes what joins with it
         return frames.empty(spark, ENTRY_SCHEMA)
-    task_frame = frames.tasks(spark, tasks, TASK_SCHEMA)
     by_name = {r.key: r for r in replicas}
-    return task_frame.mapInArrow(
-        functools.partial(read_tasks, by_name), from_arrow_schema(ENTRY_SCHEMA)
-    )
+    body = functools.partial(read_tasks, by_name)
+    return frames.map_tasks(spark, tasks, TASK_SCHEMA, body, ENTRY_SCHEMA)
 
 
 BODY_SCHEMA = pa.schema(

@@ -37,7 +37,6 @@ import attrs
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark import formats, frames, layout, parse, read
 
@@ -313,13 +312,11 @@ def screen_chunk(
 def chunks(spark: SparkSession, replicas: Sequence[layout.Replica], chunk_bits: int) -> DataFrame:
     """CHUNK_SCHEMA: one row per (chunk, replica) of every group, from one pass over the data."""
     tasks = [attrs.astuple(task) for task in plan(replicas, chunk_bits)]
-    task_frame = frames.tasks(spark, tasks, TASK_SCHEMA)
     by_group: dict[str, list[layout.Replica]] = {}
     for r in replicas:
         by_group.setdefault(r.group, []).append(r)
-    return task_frame.mapInArrow(
-        functools.partial(screen_tasks, by_group, chunk_bits), from_arrow_schema(CHUNK_SCHEMA)
-    )
+    body = functools.partial(screen_tasks, by_group, chunk_bits)
+    return frames.map_tasks(spark, tasks, TASK_SCHEMA, body, CHUNK_SCHEMA)
 
 
 SPANS_SCHEMA = (  # checks.replica_spans

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -39,11 +42,20 @@ def test_rows_that_do_not_fit_the_schema_are_refused(spark: SparkSession) -> Non
         frames.struct("long")
 
 
-def test_tasks_are_one_row_per_partition_without_a_python_stage(spark: SparkSession) -> None:
+def test_map_tasks_runs_the_body_once_per_row_in_a_task_of_its_own(spark: SparkSession) -> None:
+    echoed = read.TASK_SCHEMA.append(pa.field("rows_in_task", pa.int64()))
+
+    def echo_task_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            rows = [{**row, "rows_in_task": batch.num_rows} for row in batch.to_pylist()]
+            yield pa.RecordBatch.from_pylist(rows, schema=echoed)
+
     rows = [("g", "n0", 1, 100), ("g", "n1", 1, 100), ("h", "n0", 5, 9)]
-    df = frames.tasks(spark, rows, read.TASK_SCHEMA)
-    assert df.columns == read.TASK_SCHEMA.names
-    assert df.rdd.glom().map(len).collect() == [1, 1, 1]
-    assert sorted(tuple(r) for r in df.collect()) == sorted(rows)
-    assert "Python" not in df._jdf.queryExecution().executedPlan().toString()
-    assert frames.tasks(spark, [], read.TASK_SCHEMA).count() == 0
+    df = frames.map_tasks(spark, rows, read.TASK_SCHEMA, echo_task_rows, echoed)
+    assert df.rdd.getNumPartitions() == len(rows)
+    got = sorted(tuple(r) for r in df.collect())
+    assert got == sorted((*row, 1) for row in rows)  # each task saw exactly its own row
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan and "Join" not in plan  # no shuffle, no broadcast job
+    empty = frames.map_tasks(spark, [], read.TASK_SCHEMA, echo_task_rows, echoed)
+    assert empty.count() == 0
