@@ -42,12 +42,14 @@ def local(
     if rows and isinstance(rows[0], Mapping):
         table = pa.Table.from_pylist(list(rows), schema=arrow)
     else:
-        columns = list(zip(*rows, strict=True)) if rows else [() for _ in arrow]
-        table = pa.Table.from_arrays(
-            [pa.array(column, type=f.type) for column, f in zip(columns, arrow, strict=True)],
-            schema=arrow,
-        )
+        table = pa.Table.from_arrays(_columns(rows, arrow), schema=arrow)
     return spark.createDataFrame(table, fields)
+
+
+def _columns(rows: Sequence[Any], schema: pa.Schema) -> list[pa.Array]:
+    """Rows of tuples in `schema` order as one Arrow array per field."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return [pa.array(column, type=f.type) for column, f in zip(columns, schema, strict=True)]
 
 
 def empty(spark: SparkSession, schema: pa.Schema) -> DataFrame:
@@ -87,10 +89,6 @@ def _run_on_rows(
     def picked() -> Iterator[pa.RecordBatch]:
         for batch in batches:
             chosen = [rows[i] for i in batch.column(0).to_pylist()]
-            columns = list(zip(*chosen, strict=True)) if chosen else [() for _ in schema]
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)],
-                schema=schema,
-            )
+            yield pa.RecordBatch.from_arrays(_columns(chosen, schema), schema=schema)
 
     yield from body(picked())
