@@ -35,10 +35,34 @@ CRC_TABLE = _crc_table()  # the reflected IEEE polynomial, as zlib.crc32 uses
 assert int(CRC_TABLE[1]) == 0x77073096
 
 
+def _word_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Slicing-by-4 (Intel's CRC tables T0..T3, T[k][b] = byte b followed by k zero bytes)
+    folded pairwise into two tables of 2^16: a CRC xored with the next 4 little-endian bytes
+    steps to LOW[its low 16 bits] ^ HIGH[its high 16 bits]."""
+    tables = [CRC_TABLE]
+    for _ in range(3):
+        tables.append((tables[-1] >> 8) ^ CRC_TABLE[tables[-1] & 0xFF])
+    t0, t1, t2, t3 = tables
+    half = np.arange(1 << 16, dtype=np.uint32)
+    low, high = half & 0xFF, half >> 8
+    return t3[low] ^ t2[high], t1[low] ^ t0[high]
+
+
+CRC_WORD_LOW, CRC_WORD_HIGH = _word_tables()  # 2 x 256 KiB
+
+
 def crc32_rows(rows: np.ndarray) -> np.ndarray:
-    """zlib.crc32 of every row of an n x k uint8 matrix: k numpy steps, no loop per entry."""
-    crc = np.full(rows.shape[0], 0xFFFFFFFF, dtype=np.uint32)
-    for column in range(rows.shape[1]):
+    """zlib.crc32 of every row of an n x k uint8 matrix: k/4 numpy steps of two lookups each
+    (then one per byte left over), no loop per entry."""
+    n, k = rows.shape
+    words = k // 4
+    crc = np.full(n, 0xFFFFFFFF, dtype=np.uint32)
+    if words:  # column-major words, so that every step reads a contiguous column
+        columns = np.ascontiguousarray(rows[:, : words * 4]).view("<u4").T.copy()
+        for word in columns:
+            crc ^= word
+            crc = CRC_WORD_LOW[crc & 0xFFFF] ^ CRC_WORD_HIGH[crc >> 16]
+    for column in range(words * 4, k):
         crc = CRC_TABLE[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> 8)
     return crc ^ np.uint32(0xFFFFFFFF)
 

@@ -13,8 +13,16 @@ from tests.spark import stores
 
 
 def test_crc32_rows_matches_zlib() -> None:
-    rows = np.random.default_rng(7).integers(0, 256, size=(50, 40), dtype=np.uint8)
-    assert parse.crc32_rows(rows).tolist() == [zlib.crc32(r.tobytes()) for r in rows]
+    rng = np.random.default_rng(7)
+    for n, width in ((50, formats.ENTRY_HEADER_CRC_BYTES), (9, 43), (5, 3), (4, 0), (0, 40)):
+        rows = rng.integers(0, 256, size=(n, width), dtype=np.uint8)
+        got = parse.crc32_rows(rows)
+        assert got.dtype == np.uint32
+        assert got.tolist() == [zlib.crc32(r.tobytes()) for r in rows], (n, width)
+    # a strided view (columns of the wider header rows the parser slices) gives the same
+    wide = rng.integers(0, 256, size=(20, formats.ENTRY_HEADER_BYTES), dtype=np.uint8)
+    part = wide[:, : formats.ENTRY_HEADER_CRC_BYTES]
+    assert parse.crc32_rows(part).tolist() == [zlib.crc32(r.tobytes()) for r in part]
 
 
 def test_chunks_read_every_entry_once_with_the_entry_before(tmp_path: Path) -> None:
