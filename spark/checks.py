@@ -323,12 +323,13 @@ def term_regression_rule() -> RowRule:
 
 
 def index_gaps(
-    entries: DataFrame, replicas: DataFrame, spans: DataFrame | None = None
+    entries: DataFrame | None, replicas: DataFrame, spans: DataFrame | None = None
 ) -> DataFrame:
     """Slots without a record between the first retained index and the last written one.
     Healthy replicas are ruled out by counting (replica_spans, shared with other checks); only
-    broken ones are searched (a shuffle of their rows alone)."""
-    spans = (replica_spans(entries) if spans is None else spans).select(
+    broken ones are searched (a shuffle of their rows alone). `entries` None: no entry rows,
+    as an empty frame (facts_only)."""
+    spans = _spans(entries, spans).select(
         "group",
         "replica",
         F.col("entries").alias("n"),
@@ -340,6 +341,8 @@ def index_gaps(
     head_gaps = head.select(
         "group", "replica", F.col("start_index").alias("gap_lo"), (F.col("lo") - 1).alias("gap_hi")
     )
+    if entries is None:
+        return finding(head_gaps, "index_gap", ERROR, _gap_detail(), index=F.col("gap_lo"))
     broken = spans.where(F.col("n") != F.col("hi") - F.col("lo") + 1).select("group", "replica")
     rows = entries.join(F.broadcast(broken), ["group", "replica"]).select(
         "group", "replica", "index"
@@ -358,18 +361,25 @@ def index_gaps(
         )
     )
     gaps = head_gaps.unionByName(inner)
-    return finding(
-        gaps,
-        "index_gap",
-        ERROR,
-        F.format_string(
-            "indexes %d..%d have no index record (%d missing)",
-            F.col("gap_lo"),
-            F.col("gap_hi"),
-            F.col("gap_hi") - F.col("gap_lo") + 1,
-        ),
-        index=F.col("gap_lo"),
+    return finding(gaps, "index_gap", ERROR, _gap_detail(), index=F.col("gap_lo"))
+
+
+def _gap_detail() -> Column:
+    return F.format_string(
+        "indexes %d..%d have no index record (%d missing)",
+        F.col("gap_lo"),
+        F.col("gap_hi"),
+        F.col("gap_hi") - F.col("gap_lo") + 1,
     )
+
+
+def _spans(entries: DataFrame | None, spans: DataFrame | None) -> DataFrame:
+    """`spans` when given, else replica_spans of the entries (which are then required)."""
+    if spans is not None:
+        return spans
+    if entries is None:
+        raise ValueError("a check without entry rows needs their spans")
+    return replica_spans(entries)
 
 
 def replica_spans(entries: DataFrame) -> DataFrame:
@@ -385,13 +395,12 @@ def replica_spans(entries: DataFrame) -> DataFrame:
 
 
 def checkpoints_outside_log(
-    entries: DataFrame, replicas: DataFrame, spans: DataFrame | None = None
+    entries: DataFrame | None, replicas: DataFrame, spans: DataFrame | None = None
 ) -> DataFrame:
     """A checkpoint whose commit index lies outside [first retained index - 1, last index]:
-    the replica claims commits it does not hold."""
-    spans = replicas.join(
-        replica_spans(entries) if spans is None else spans, ["group", "replica"], "left"
-    )
+    the replica claims commits it does not hold. Only the spans are needed: `entries` may be
+    None when they are given."""
+    spans = replicas.join(_spans(entries, spans), ["group", "replica"], "left")
     last = F.coalesce(F.col("last_index"), F.col("start_index") - 1)
     bad = spans.where(
         (F.col("commit_index") > last) | (F.col("commit_index") < F.col("start_index") - 1)
@@ -442,7 +451,7 @@ def uncommitted_tails(entries: DataFrame, replicas: DataFrame) -> DataFrame:
 def unindexed_data(entries: DataFrame, spans: DataFrame | None = None) -> DataFrame:
     """Bytes after the last indexed entry that are neither zero nor a blank record: a torn or
     unindexed write that recovery will cut. A note: nothing acknowledged can be there."""
-    spans = replica_spans(entries) if spans is None else spans
+    spans = _spans(entries, spans)
     last = spans.select("group", "replica", F.col("last_index").alias("index"))
     tail = good(entries).join(F.broadcast(last), ["group", "replica", "index"])
     stray = tail.where(~F.col("after_magic").isin(formats.END_MAGIC, formats.BLANK_MAGIC))

@@ -137,10 +137,13 @@ def all_findings(
     checks. `rows` False says `entries` holds no rows (the screen found every chunk plain):
     the checks that can only find something in entry rows are then left out, because building
     and planning them costs seconds in a fresh JVM to find nothing."""
-    found = [  # these also judge the per-replica facts: spans, checkpoints, bucket counts
-        checks.index_gaps(entries, replicas, spans),
-        checks.checkpoints_outside_log(entries, replicas, spans),
-        agreement.under_replicated(entries, replicas, summary, bucket_bits),
+    # these also judge the per-replica facts: spans, checkpoints, bucket counts; without rows
+    # they are told so (None), and leave the rows' branches out of the query
+    facts_from = entries if rows else None
+    found = [
+        checks.index_gaps(facts_from, replicas, spans),
+        checks.checkpoints_outside_log(facts_from, replicas, spans),
+        agreement.under_replicated(facts_from, replicas, summary, bucket_bits),
     ]
     if rows:
         found += [

@@ -128,7 +128,9 @@ def exercise(spark: SparkSession) -> None:
     bodies = frames.local(spark, [("g", 3, "a", b"v")], from_arrow_schema(read.BODY_SCHEMA))
     for found in (
         job.all_findings(entries, replicas, history, bodies, spans=spans, summary=summary),
-        job.all_findings(entries.limit(0), replicas, None, None, rows=False),
+        job.all_findings(
+            entries.limit(0), replicas, None, None, spans=spans, summary=summary, rows=False
+        ),
     ):
         found.limit(job.FINDINGS_COLLECT_MAX + 1).collect()
 

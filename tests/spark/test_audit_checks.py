@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from spark import agreement, checks, formats, job
+from spark import agreement, checks, formats, job, screen
 from tests.spark.rows import SEGMENT_BYTES, entries_frame, healthy_log, replicas_frame
 
 pytestmark = pytest.mark.spark
@@ -245,6 +245,54 @@ def test_indexes_below_a_replicas_start_count_as_held(spark: SparkSession) -> No
         (None, i, "committed (group commit 10) but held by 0 of 3 replicas (none); a quorum is 2")
         for i in range(1, 6)
     ]
+
+
+def test_facts_checks_told_there_are_no_rows_find_what_an_empty_frame_finds(
+    spark: SparkSession,
+) -> None:
+    """The screened job hands the facts checks None for entries when no chunk was read in
+    detail: that must mean exactly an empty entries frame, with spans and a bucket summary."""
+    commits = {("g", "n0"): 10, ("g", "n1"): 10, ("g", "n2"): 12}
+    replicas = replicas_frame(spark, commits, starts={("g", "n2"): 3})
+    spans = spark.createDataFrame(  # n2 starts at 3 but holds from 5; n1 stops at 8
+        [("g", "n0", 10, 1, 10, 10_000), ("g", "n1", 8, 1, 8, 8000), ("g", "n2", 6, 5, 10, 6000)],
+        screen.SPANS_SCHEMA,
+    )
+    summary = spark.createDataFrame(  # buckets of 4: nobody but n0 is counted past index 7
+        [("g", 0, r, 3, 0, 0) for r in ("n0", "n1")]
+        + [("g", 1, r, 4, 0, 0) for r in ("n0", "n1")]
+        + [("g", 2, "n0", 3, 0, 0)],
+        screen.SUMMARY_SCHEMA,
+    )
+    empty = entries_frame(spark, [])
+    pairs = [
+        (checks.index_gaps(None, replicas, spans), checks.index_gaps(empty, replicas, spans)),
+        (
+            checks.checkpoints_outside_log(None, replicas, spans),
+            checks.checkpoints_outside_log(empty, replicas, spans),
+        ),
+        (
+            agreement.under_replicated(None, replicas, summary, bucket_bits=2),
+            agreement.under_replicated(empty, replicas, summary, bucket_bits=2),
+        ),
+    ]
+    kinds = []
+    for told, counted in pairs:
+        assert told.columns == list(checks.FINDING_COLUMNS)
+        rows = sorted(tuple(r) for r in told.collect())
+        assert rows == sorted(tuple(r) for r in counted.collect())
+        assert rows, "each case finds something"
+        kinds += [(r[0], r[3], r[4]) for r in rows]
+    assert sorted(kinds) == [
+        ("checkpoint_outside_log", "n1", 10),
+        ("checkpoint_outside_log", "n2", 12),
+        ("index_gap", "n2", 3),
+        *(("under_replicated", None, i) for i in (8, 9, 10, 11, 12)),
+    ]
+    with pytest.raises(ValueError, match="spans"):
+        checks.index_gaps(None, replicas)
+    with pytest.raises(ValueError, match="summary"):
+        agreement.under_replicated(None, replicas)
 
 
 def test_acknowledged_append_missing_from_the_committed_log(spark: SparkSession) -> None:
