@@ -60,6 +60,8 @@ def start(
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.python.worker.reuse", "true")
+        # the daemon that forks Python workers, importing pyspark's bytecode, not its source zip
+        .config("spark.python.daemon.module", "spark.executor_daemon")
         .config("spark.sql.session.timeZone", "UTC")
         # PySpark 4 otherwise records the Python call site of every Column function, with
         # three or four extra JVM round trips each: building the rule set's query took seconds
