@@ -3,6 +3,7 @@ and a cat-like sequential read of the same stores.
 
     python -m bench.audit --quick    # 2 groups x 3 replicas x 20,000 entries, a few minutes
     python -m bench.audit            # 2 x 3 x 1,000,000 entries of 1 KiB (~6.3 GB of stores)
+    python -m bench.audit --pairs 4  # then 4 more audit/reference pairs: medians, pairs won
 
 Stores are written once by the project's log writer (dledger.log.store.LogStore) into a cache
 directory (--cache; reused by later runs, removed with --clean), with 1 GiB segments for the
@@ -28,6 +29,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -222,6 +224,35 @@ def reference_check(root: Path) -> dict[str, Any]:
     }
 
 
+def run_pairs(root: Path, master: str, n: int, first: dict[str, Any]) -> dict[str, Any]:
+    """N more (audit, reference) runs back to back; with the main run's pair, the medians
+    and how many pairs the audit won. Only figures of one session compare on this host."""
+    runs = [{"audit_s": first["audit"]["wall_s"], "reference_s": first["reference"]["wall_s"]}]
+    for _ in range(n):
+        audit = run_audit([root], master)
+        reference = reference_check(root)
+        runs.append(
+            {
+                "audit_s": audit["wall_s"],
+                "reference_s": reference["wall_s"],
+                "audit_steal_percent": audit["steal_percent"],
+                "reference_steal_percent": reference["steal_percent"],
+            }
+        )
+    audit_median = statistics.median(r["audit_s"] for r in runs)
+    reference_median = statistics.median(r["reference_s"] for r in runs)
+    return {
+        "runs": runs,
+        "summary": {
+            "pairs": len(runs),
+            "audit_faster": sum(r["audit_s"] < r["reference_s"] for r in runs),
+            "audit_median_s": audit_median,
+            "reference_median_s": reference_median,
+            "audit_to_reference": round(audit_median / reference_median, 2),
+        },
+    }
+
+
 def _walk(store: Path) -> tuple[array, array, array]:
     terms, sizes, crcs = array("q"), array("q"), array("q")
     expected_index, last_term = 1, 0
@@ -266,6 +297,10 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("/tmp/dledger-audit-bench"))
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--clean", action="store_true", help="remove the cache at the end")
+    parser.add_argument(
+        "--pairs", type=int, default=0, metavar="N",
+        help="then N more audit/reference pairs back to back, for a noisy host's spread",
+    )  # fmt: skip
     parser.add_argument("--one", nargs="+", metavar="STORE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -313,6 +348,9 @@ def main() -> None:
         f"segment_{small // MiB}MiB": run_audit([small_root / "g1"], args.master),
     }
     print("memory", result["memory"])
+    if args.pairs > 0:
+        result["pairs"] = run_pairs(main_root, args.master, args.pairs, result)
+        print("pairs", result["pairs"]["summary"])
     name = "audit_quick.json" if args.quick else "audit.json"
     out = Path(__file__).parent / "results" / name
     out.parent.mkdir(exist_ok=True)
