@@ -73,9 +73,7 @@ def divergent_entries(
     Buckets whose holders all hold the same number of entries with the same digests agree
     index by index (unless two independent 64-bit digests collide at once); only the other
     buckets are compared index by index."""
-    if summary is None:
-        assert entries is not None
-        summary = bucket_summary(entries, replicas, bucket_bits)
+    summary = _summary(entries, replicas, summary, bucket_bits)
     held = F.struct("n", "digest", "digest2")
     suspect = (
         summary.groupBy("group", "bucket")
@@ -154,6 +152,17 @@ def reduce_or(columns: list[Column]) -> Column:
     return out
 
 
+def _summary(
+    entries: DataFrame | None, replicas: DataFrame, summary: DataFrame | None, bucket_bits: int
+) -> DataFrame:
+    """`summary` when given, else bucket_summary of the entries (which are then required)."""
+    if summary is not None:
+        return summary
+    if entries is None:
+        raise ValueError("a check without entry rows needs their bucket summary")
+    return bucket_summary(entries, replicas, bucket_bits)
+
+
 def _no_holders() -> Column:
     return F.array().cast("array<string>")
 
@@ -181,8 +190,6 @@ def under_replicated(
     entry into `summary`, which is then required): every index of a short bucket is held by
     nobody. Said in Python, the rows' branches are left out of the query instead of pruned by
     the optimizer, which saves seconds of building and planning in a fresh JVM."""
-    if entries is None and summary is None:
-        raise ValueError("under_replicated needs entries or a summary")
     groups = replicas.groupBy("group").agg(
         F.first("quorum").alias("quorum"),
         F.first("group_size").alias("group_size"),
@@ -206,9 +213,7 @@ def under_replicated(
         F.greatest(F.col("lo"), F.col("bucket") * width).alias("b_lo"),
         F.least(F.col("group_commit"), F.col("bucket") * width + (width - 1)).alias("b_hi"),
     )
-    if summary is None:
-        assert entries is not None
-        summary = bucket_summary(entries, replicas, bucket_bits)
+    summary = _summary(entries, replicas, summary, bucket_bits)
     counts = summary.select("group", "bucket", "replica", "n")
     grid = buckets.join(replicas.select("group", "replica", "start_index"), "group").join(
         counts, ["group", "bucket", "replica"], "left"

@@ -341,8 +341,24 @@ def index_gaps(
     head_gaps = head.select(
         "group", "replica", F.col("start_index").alias("gap_lo"), (F.col("lo") - 1).alias("gap_hi")
     )
-    if entries is None:
-        return finding(head_gaps, "index_gap", ERROR, _gap_detail(), index=F.col("gap_lo"))
+    gaps = head_gaps if entries is None else head_gaps.unionByName(_gaps_between(entries, spans))
+    return finding(
+        gaps,
+        "index_gap",
+        ERROR,
+        F.format_string(
+            "indexes %d..%d have no index record (%d missing)",
+            F.col("gap_lo"),
+            F.col("gap_hi"),
+            F.col("gap_hi") - F.col("gap_lo") + 1,
+        ),
+        index=F.col("gap_lo"),
+    )
+
+
+def _gaps_between(entries: DataFrame, spans: DataFrame) -> DataFrame:
+    """(group, replica, gap_lo, gap_hi) between the rows of replicas whose span (n, lo, hi)
+    counts fewer rows than indexes."""
     broken = spans.where(F.col("n") != F.col("hi") - F.col("lo") + 1).select("group", "replica")
     rows = entries.join(F.broadcast(broken), ["group", "replica"]).select(
         "group", "replica", "index"
@@ -350,7 +366,7 @@ def index_gaps(
     # within a broken replica, a gap lies between two consecutive rows more than 1 apart (a
     # window over those rows only: the join above runs first, so healthy replicas add nothing)
     before = F.lag("index").over(Window.partitionBy("group", "replica").orderBy("index"))
-    inner = (
+    return (
         rows.select("group", "replica", "index", before.alias("before"))
         .where(F.col("index") - F.col("before") > 1)
         .select(
@@ -359,17 +375,6 @@ def index_gaps(
             (F.col("before") + 1).alias("gap_lo"),
             (F.col("index") - 1).alias("gap_hi"),
         )
-    )
-    gaps = head_gaps.unionByName(inner)
-    return finding(gaps, "index_gap", ERROR, _gap_detail(), index=F.col("gap_lo"))
-
-
-def _gap_detail() -> Column:
-    return F.format_string(
-        "indexes %d..%d have no index record (%d missing)",
-        F.col("gap_lo"),
-        F.col("gap_hi"),
-        F.col("gap_hi") - F.col("gap_lo") + 1,
     )
 
 
