@@ -17,54 +17,11 @@ import pyarrow.fs as pafs
 from isal import isal_zlib
 from numpy.lib.stride_tricks import sliding_window_view
 
-from spark import formats, layout
+from spark import crc, formats, layout
 
 WINDOW_BYTES_MAX = 16 * formats.MiB  # data bytes read at once, plus at most one entry
 OPEN_SEGMENTS_MAX = 4  # a task's entries fall in one or two segments; more are closed again
 assert WINDOW_BYTES_MAX >= formats.ENTRY_BYTES_MAX  # a window always holds a whole entry
-
-
-def _crc_table() -> np.ndarray:
-    table = np.arange(256, dtype=np.uint32)
-    for _ in range(8):
-        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1)
-    return table.astype(np.uint32)
-
-
-CRC_TABLE = _crc_table()  # the reflected IEEE polynomial, as zlib.crc32 uses
-assert int(CRC_TABLE[1]) == 0x77073096
-
-
-def _word_tables() -> tuple[np.ndarray, np.ndarray]:
-    """Slicing-by-4 (Intel's CRC tables T0..T3, T[k][b] = byte b followed by k zero bytes)
-    folded pairwise into two tables of 2^16: a CRC xored with the next 4 little-endian bytes
-    steps to LOW[its low 16 bits] ^ HIGH[its high 16 bits]."""
-    tables = [CRC_TABLE]
-    for _ in range(3):
-        tables.append((tables[-1] >> 8) ^ CRC_TABLE[tables[-1] & 0xFF])
-    t0, t1, t2, t3 = tables
-    half = np.arange(1 << 16, dtype=np.uint32)
-    low, high = half & 0xFF, half >> 8
-    return t3[low] ^ t2[high], t1[low] ^ t0[high]
-
-
-CRC_WORD_LOW, CRC_WORD_HIGH = _word_tables()  # 2 x 256 KiB
-
-
-def crc32_rows(rows: np.ndarray) -> np.ndarray:
-    """zlib.crc32 of every row of an n x k uint8 matrix: k/4 numpy steps of two lookups each
-    (then one per byte left over), no loop per entry."""
-    n, k = rows.shape
-    words = k // 4
-    crc = np.full(n, 0xFFFFFFFF, dtype=np.uint32)
-    if words:  # column-major words, so that every step reads a contiguous column
-        columns = np.ascontiguousarray(rows[:, : words * 4]).view("<u4").T.copy()
-        for word in columns:
-            crc ^= word
-            crc = CRC_WORD_LOW[crc & 0xFFFF] ^ CRC_WORD_HIGH[crc >> 16]
-    for column in range(words * 4, k):
-        crc = CRC_TABLE[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> 8)
-    return crc ^ np.uint32(0xFFFFFFFF)
 
 
 @attrs.define
@@ -233,11 +190,9 @@ def _parse_window(
     # each header's bytes as a row of a sliding view: a copy of rows, not of single bytes
     rows = sliding_window_view(window, formats.ENTRY_HEADER_BYTES)[offsets]
     header = np.ascontiguousarray(rows).view(formats.ENTRY_HEADER).reshape(-1)
-    header_crc_ok = crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES]) == header["header_crc"]
     size = header["size"].astype(np.int64)
-    header_ok = (
+    shape_ok = (
         (header["magic"] == formats.ENTRY_MAGIC)
-        & header_crc_ok
         & (size >= formats.ENTRY_HEADER_BYTES)
         & (size <= formats.ENTRY_BYTES_MAX)
         & (pos - first + size <= seg_bytes)
@@ -250,28 +205,26 @@ def _parse_window(
     out.position[members] = header["position"]
     out.kind[members] = header["kind"]
     out.body_crc[members] = header["body_crc"]
-    out.header_ok[members] = header_ok
-    good = np.flatnonzero(header_ok)
-    if len(good) == 0:
-        return
-    # body CRCs: one CRC-32 (ISA-L's, equal to zlib.crc32) per entry over a slice of the
-    # window, in one comprehension
-    starts = offsets[good] + formats.ENTRY_HEADER_BYTES
-    ends = offsets[good] + size[good]
-    view = window.data
-    crc32 = isal_zlib.crc32
-    inside = ends <= len(window)
-    if inside.all():
-        got = [crc32(view[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-    else:  # an index record understated a size: read those entries on their own
-        got = [
-            crc32(view[a:b])
-            if b <= len(window)
-            else crc32(files.read(name, lo - first + a, b - a).data)
-            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-        ]
-    body_ok = np.array(got, dtype=np.int64) == header["body_crc"][good]
-    out.body_ok[members[good]] = body_ok
+    # the usual case, a healthy run of entries back to back: every header and body CRC at
+    # once (two ISA-L passes, crc.run_intact); otherwise, or when one fails, entry by entry
+    if shape_ok.all() and crc.run_intact(
+        window, offsets, size, header["header_crc"], header["body_crc"]
+    ):
+        good = np.arange(len(members))
+        out.header_ok[members] = True
+        out.body_ok[members] = True
+        ends = offsets + size
+    else:
+        header_crc_ok = crc.crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES])
+        header_ok = shape_ok & (header_crc_ok == header["header_crc"])
+        out.header_ok[members] = header_ok
+        good = np.flatnonzero(header_ok)
+        if len(good) == 0:
+            return
+        ends = offsets[good] + size[good]
+        starts = offsets[good] + formats.ENTRY_HEADER_BYTES
+        got = _body_crcs(files, window, starts, ends, lo - first, name)
+        out.body_ok[members[good]] = got == header["body_crc"][good]
     # the 8 bytes after each entry: the next entry's magic and size, a blank record, or zeros
     inside = ends + formats.BLANK_BYTES_MIN <= len(window)
     after = np.zeros((len(good), formats.BLANK_BYTES_MIN), dtype=np.uint8)
@@ -284,3 +237,21 @@ def _parse_window(
     at_segment_end = lo + ends == first + seg_bytes
     out.after_magic[members[good]] = np.where(at_segment_end, -1, words[:, 0])
     out.after_size[members[good]] = np.where(at_segment_end, -1, words[:, 1])
+
+
+def _body_crcs(
+    files: Files, window: np.ndarray, starts: np.ndarray, ends: np.ndarray, at: int, name: str
+) -> np.ndarray:
+    """CRC-32 of each body [starts, ends) of `window` (which starts at `at` in file `name`),
+    one ISA-L call per entry; a body past the window's end (its index record understated its
+    size) is read on its own."""
+    view = window.data
+    crc32 = isal_zlib.crc32
+    if (ends <= len(window)).all():
+        got = [crc32(view[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+    else:
+        got = [
+            crc32(view[a:b]) if b <= len(window) else crc32(files.read(name, at + a, b - a).data)
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
+    return np.array(got, dtype=np.int64)

@@ -3,26 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import zlib
 from pathlib import Path
 
-import numpy as np
+import pytest
 
-from spark import formats, layout, parse, read
+from spark import crc, formats, layout, parse, read
 from tests.spark import stores
-
-
-def test_crc32_rows_matches_zlib() -> None:
-    rng = np.random.default_rng(7)
-    for n, width in ((50, formats.ENTRY_HEADER_CRC_BYTES), (9, 43), (5, 3), (4, 0), (0, 40)):
-        rows = rng.integers(0, 256, size=(n, width), dtype=np.uint8)
-        got = parse.crc32_rows(rows)
-        assert got.dtype == np.uint32
-        assert got.tolist() == [zlib.crc32(r.tobytes()) for r in rows], (n, width)
-    # a strided view (columns of the wider header rows the parser slices) gives the same
-    wide = rng.integers(0, 256, size=(20, formats.ENTRY_HEADER_BYTES), dtype=np.uint8)
-    part = wide[:, : formats.ENTRY_HEADER_CRC_BYTES]
-    assert parse.crc32_rows(part).tolist() == [zlib.crc32(r.tobytes()) for r in part]
 
 
 def test_chunks_read_every_entry_once_with_the_entry_before(tmp_path: Path) -> None:
@@ -68,3 +54,35 @@ def test_missing_segment_is_a_defect(tmp_path: Path) -> None:
         rows = read.read_chunk(replica, files, 17, 33).to_pylist()
     (row,) = [r for r in rows if r["index"] == 30]
     assert row["defect"] == f"segment file data/{segment.name} missing" and not row["header_ok"]
+
+
+@pytest.mark.parametrize("damage", [None, "header", "body"])
+def test_the_whole_run_check_reads_what_the_entry_by_entry_check_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str | None
+) -> None:
+    """crc.run_intact judges a healthy run of entries at once; a damaged one is read entry by
+    entry, and the rows are the same as if every run had been read entry by entry."""
+    paths = stores.write_group(tmp_path, "g", 40, replicas=("n0",))
+    if damage == "header":  # the last byte of entry 9's term: only its header CRC fails
+        _, _, (position, *_) = stores.index_record(paths["n0"], 9)
+        segment, at = stores.segment_of(paths["n0"], position)
+        stores.flip_byte(segment, at + 23)
+    elif damage == "body":
+        stores.corrupt_body(paths["n0"], 9)
+    (replica,) = layout.discover([str(tmp_path)])
+
+    def read_all() -> list[dict[str, object]]:
+        with parse.Files(replica) as files:
+            return read.read_chunk(replica, files, 1, 49).to_pylist()
+
+    rows = read_all()
+    with monkeypatch.context() as m:
+        m.setattr(crc, "run_intact", lambda *args: False)
+        assert read_all() == rows
+    bad_header = [r["index"] for r in rows if not r["header_ok"]]
+    bad_body = [r["rec_index"] for r in rows if r["header_ok"] and not r["body_ok"]]
+    assert (bad_header, bad_body) == {
+        None: ([], []),
+        "header": ([9], []),
+        "body": ([], [9]),
+    }[damage]
