@@ -20,7 +20,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark import agreement, checks, frames, layout, read, screen
+from spark import agreement, checks, frames, layout, read, screen, workers
 from spark.history import AckedAppend
 from spark.layout import Replica
 from spark.progress import Progress
@@ -172,6 +172,21 @@ def run(
     checks run on. With a history (its check compares the bodies of acknowledged entries,
     wherever they are), after a screening error, or with chunk_bits None, every entry is read
     in detail."""
+    warm_up = workers.start(spark)  # while the driver plans the first query
+    try:
+        return _run(spark, replicas, acked, out_dir, progress, chunk_bits)
+    finally:
+        warm_up.join()
+
+
+def _run(
+    spark: SparkSession,
+    replicas: Sequence[Replica],
+    acked: Sequence[AckedAppend] | None,
+    out_dir: str,
+    progress: Progress,
+    chunk_bits: int | None,
+) -> Outcome:
     screened, screen_tasks = None, 0
     if chunk_bits is not None and acked is None:
         screen_tasks = len(screen.plan(replicas, chunk_bits))
