@@ -226,10 +226,22 @@ def reference_check(root: Path) -> dict[str, Any]:
 
 def run_pairs(root: Path, master: str, n: int, first: dict[str, Any]) -> dict[str, Any]:
     """N more (audit, reference) runs back to back; with the main run's pair, the medians
-    and how many pairs the audit won. Only figures of one session compare on this host."""
-    runs = [{"audit_s": first["audit"]["wall_s"], "reference_s": first["reference"]["wall_s"]}]
+    and how many pairs the audit won. Only figures of one session compare on this host. Each
+    run starts after a `cat` of the store, as the main runs do: the memory runs in between
+    read other stores, and this VM's page cache also shrinks on its own, so without it the
+    first run of a pair would read from disk what the second then finds cached."""
+    runs = [
+        {
+            "audit_s": first["audit"]["wall_s"],
+            "reference_s": first["reference"]["wall_s"],
+            "audit_steal_percent": first["audit"]["steal_percent"],
+            "reference_steal_percent": first["reference"]["steal_percent"],
+        }
+    ]
     for _ in range(n):
+        cat_before_audit = cat(root)
         audit = run_audit([root], master)
+        cat_before_reference = cat(root)
         reference = reference_check(root)
         runs.append(
             {
@@ -237,6 +249,8 @@ def run_pairs(root: Path, master: str, n: int, first: dict[str, Any]) -> dict[st
                 "reference_s": reference["wall_s"],
                 "audit_steal_percent": audit["steal_percent"],
                 "reference_steal_percent": reference["steal_percent"],
+                "cat_before_audit_s": cat_before_audit["wall_s"],
+                "cat_before_reference_s": cat_before_reference["wall_s"],
             }
         )
     audit_median = statistics.median(r["audit_s"] for r in runs)
