@@ -3,7 +3,8 @@
 - `crc32_rows`: the CRC of every row of a byte matrix, in numpy steps (the entry headers).
 - `run_intact`: whether every entry of a run of back-to-back entries in a window has the
   header CRC and the body CRC its header states, from two ISA-L passes over the run's bytes
-  instead of a Python call per body (~0.3 against ~0.6 us per 1 KiB entry here).
+  instead of a Python call per body (~0.4 us per 1 KiB entry here, against ~0.75 us for
+  the table-driven header CRCs and a call per body).
 
 How `run_intact` can tell. Let R(s, m) be the CRC register after message m from state s;
 zlib's crc32(m) = ~R(~0, m). L(m) = R(0, m) is linear over GF(2), and R(s, m) = Z_len(m)(s) xor
@@ -64,6 +65,11 @@ def _word_tables() -> tuple[np.ndarray, np.ndarray]:
 CRC_WORD_LOW, CRC_WORD_HIGH = _word_tables()  # 2 x 256 KiB
 
 
+def word_step(words: np.ndarray) -> np.ndarray:
+    """W: L (the register from state 0) of 4 bytes, given as little-endian uint32 words."""
+    return CRC_WORD_LOW[words & 0xFFFF] ^ CRC_WORD_HIGH[words >> 16]
+
+
 def crc32_rows(rows: np.ndarray) -> np.ndarray:
     """zlib.crc32 of every row of an n x k uint8 matrix: k/4 numpy steps of two lookups each
     (then one per byte left over), no loop per entry."""
@@ -73,16 +79,10 @@ def crc32_rows(rows: np.ndarray) -> np.ndarray:
     if words:  # column-major words, so that every step reads a contiguous column
         columns = np.ascontiguousarray(rows[:, : words * 4]).view("<u4").T.copy()
         for word in columns:
-            crc ^= word
-            crc = CRC_WORD_LOW[crc & 0xFFFF] ^ CRC_WORD_HIGH[crc >> 16]
+            crc = word_step(crc ^ word)
     for column in range(words * 4, k):
         crc = CRC_TABLE[(crc ^ rows[:, column]) & 0xFF] ^ (crc >> 8)
     return crc ^ np.uint32(MASK)
-
-
-def word_step(words: np.ndarray) -> np.ndarray:
-    """W: L (the register from state 0) of 4 bytes, given as little-endian uint32 words."""
-    return CRC_WORD_LOW[words & 0xFFFF] ^ CRC_WORD_HIGH[words >> 16]
 
 
 def _inverse_tables() -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +188,6 @@ def _zeros(n: int) -> np.ndarray:
     use: a fresh zeroed buffer of megabytes costs a page fault per 4 KiB on every window."""
     buffer: np.ndarray | None = getattr(_scratch, "buffer", None)
     if buffer is None or len(buffer) < n:
-        buffer = _scratch.buffer = np.zeros(
-            max(n, 2 * len(buffer) if buffer is not None else n), dtype=np.uint8
-        )
+        size = n if buffer is None else max(n, 2 * len(buffer))
+        buffer = _scratch.buffer = np.zeros(size, dtype=np.uint8)
     return buffer[:n]
