@@ -7,12 +7,15 @@ import subprocess
 import sys
 from collections import Counter
 
+import attrs
 import pytest
 
 from dledger.raft.entries import EntryBatch, EntryId, EntryKind
-from dledger.raft.events import Persist
+from dledger.raft.events import ChangeMembership, Persist
+from dledger.raft.membership import ChangeKind
 from dledger.raft.sim.memlog import MemLog
 from dledger.raft.sim.run import simulate
+from dledger.raft.sim.world import Faults, World
 
 SEEDS_PER_CHUNK = 50
 CHUNKS = 10  # 500 seeds per cluster size in the default run; `./dev.sh soak` runs 20,000
@@ -154,3 +157,36 @@ class TestMemLog:
             log.crash(random.Random(seed))
             assert log.last_index == 4  # the disk still had entries 3 and 4
             assert log.disk_has(EntryId(4, 1))
+
+
+def test_a_removed_voter_in_a_later_term_does_not_hide_the_leader() -> None:
+    """Soak seed 12337 (3 nodes) before the fix: a voter was removed while it was down, came
+    back in a later term than the group's and campaigned with pre-votes nobody granted. The
+    group went on committing without it, but World.leader() looked for a leader in the top
+    term of *any* live node, found none, and the liveness check failed."""
+    world = World(5, nodes=4, faults=Faults.none(), spares=0)
+    assert world.run_until(lambda: world.leader() is not None, 400)
+    leader = world.leader()
+    assert leader is not None and leader.core is not None
+    removed = next(n for n in world.nodes.values() if n is not leader)
+    world.crash(removed)
+    world.feed(leader, ChangeMembership(ChangeKind.REMOVE, removed.id))
+
+    def removal_committed() -> bool:
+        current = world.leader()
+        return (
+            current is not None
+            and current.core is not None
+            and removed.id not in current.core.membership.members
+            and all(n.applied >= n.log.last_index for n in world.members())
+        )
+
+    assert world.run_until(removal_committed, 400)
+    current = world.leader()
+    assert current is not None and current.core is not None
+    removed.hard = attrs.evolve(removed.hard, term=current.core.term + 5)
+    world.restart(removed)  # it still thinks it is a voter, and is in a later term
+    assert removed.core is not None and removed.core.term > current.core.term
+    assert world.leader() is current
+    assert world.commit_new_entry(400)
+    assert removed.core.term > current.core.term  # it never disrupted the group

@@ -213,16 +213,23 @@ class World:
     # --- liveness -----------------------------------------------------------------------------
 
     def leader(self) -> SimNode | None:
-        """The node that leads the highest term any live node is in, if there is one."""
+        """The live leader of the highest term, unless a member of its own configuration is in
+        a later term (then it is about to step down).
+
+        Nodes outside that configuration do not count: a removed voter that never learned of
+        its removal can sit in a later term for good, campaigning with pre-votes nobody
+        grants, while the group commits without it."""
         live = [n for n in self.nodes.values() if n.core is not None]
-        if not live:
+        leaders = [n for n in live if n.core is not None and n.core.role is Role.LEADER]
+        if not leaders:
             return None
-        top = max(n.core.term for n in live if n.core is not None)
+        best = max(leaders, key=lambda n: n.core.term if n.core is not None else -1)
+        assert best.core is not None
+        term, members = best.core.term, best.core.membership.members
         for n in live:
-            assert n.core is not None
-            if n.core.term == top and n.core.role is Role.LEADER:
-                return n
-        return None
+            if n.id in members and n.core is not None and n.core.term > term:
+                return None
+        return best
 
     def members(self) -> list[SimNode]:
         leader = self.leader()
