@@ -7,16 +7,25 @@ concurrent appenders, one fsync serves all the entries written while the previou
 Under ASYNC_FLUSH the same task flushes every flush_interval_ms, or sooner when
 flush_least_pages are dirty; waiters then wait for that periodic flush.
 
+The round trip is kept lean because with one-entry appenders it is paid per round, and each
+round serves only the appenders that waited for it: a ticket goes to one of trio's cached
+threads (`start_thread_soon`, without `to_thread`'s limiter and context copy), and waiters
+sit in a heap by index and are rescheduled directly, not through an Event each loops on.
+
 A second task creates the next segment ahead of time (LogStore.prepare_next_segment) so the
 append path never waits for a file to be created and preallocated.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Callable
 
+import outcome
 import trio
 
+from dledger.log.durability import FlushTicket
 from dledger.log.store import FlushPolicy, LogStore
 
 MS_PER_S = 1000
@@ -33,7 +42,10 @@ class Flusher:
         self._wake = trio.Event()
         self._periodic = store.config.flush is FlushPolicy.ASYNC_FLUSH
         self._prepare_wake = trio.Event()
-        self._flushed = trio.Event()  # set (and replaced) whenever durable_index rises
+        # Waiters by index: (index, arrival, [task]); the task is None once the wait was
+        # cancelled. Arrivals are unique, so the heap never compares the task cells.
+        self._waiters: list[tuple[int, int, list[trio.lowlevel.Task | None]]] = []
+        self._arrivals = itertools.count()
 
     def notify(self) -> None:
         """Something was appended or truncated: under SYNC_FLUSH the flush task looks at once.
@@ -44,12 +56,20 @@ class Flusher:
     async def wait_durable(self, index: int) -> int:
         """Return once durable_index >= index (the entry is fsynced); returns durable_index.
 
-        All waiters share one event per flush, so a flush wakes its whole cohort at once and
-        a waiter costs no allocation; one not yet covered simply waits for the next."""
+        A waiter is released by the first flush that covers its index; one whose entry was
+        truncated meanwhile waits until a later flush covers the index again."""
         store = self.store
-        while store.durable_index < index:
-            self._wake.set()
-            await self._flushed.wait()
+        if store.durable_index >= index:
+            return store.durable_index
+        cell: list[trio.lowlevel.Task | None] = [trio.lowlevel.current_task()]
+        heapq.heappush(self._waiters, (index, next(self._arrivals), cell))
+        self._wake.set()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            cell[0] = None  # left in the heap; skipped when its index is reached
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
         return store.durable_index
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -87,16 +107,22 @@ class Flusher:
         if ticket is None:
             return before
         with trio.CancelScope(shield=True):  # begun tickets always complete
-            await trio.to_thread.run_sync(ticket.run)
+            (await _run_in_thread(ticket)).unwrap()
             durable = store.complete_flush(ticket)
         if durable > before:
-            self._flushed.set()
-            self._flushed = trio.Event()
+            self._release(durable)
             if self._on_durable is not None:
                 self._on_durable(durable)
         if store.segment_prepare_due:
             self._prepare_wake.set()
         return durable
+
+    def _release(self, durable: int) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= durable:
+            task = heapq.heappop(waiters)[2][0]
+            if task is not None:
+                trio.lowlevel.reschedule(task)
 
     async def _prepare_segments(self) -> None:
         while True:
@@ -105,3 +131,18 @@ class Flusher:
             else:
                 await self._prepare_wake.wait()
                 self._prepare_wake = trio.Event()
+
+
+async def _run_in_thread(ticket: FlushTicket) -> outcome.Outcome[None]:
+    """ticket.run() in one of trio's cached threads; its outcome, once it is back."""
+    token = trio.lowlevel.current_trio_token()
+    task = trio.lowlevel.current_task()
+
+    def deliver(result: outcome.Outcome[None]) -> None:  # in the worker thread
+        token.run_sync_soon(trio.lowlevel.reschedule, task, outcome.Value(result))
+
+    trio.lowlevel.start_thread_soon(ticket.run, deliver)
+    result: outcome.Outcome[None] = await trio.lowlevel.wait_task_rescheduled(
+        lambda _: trio.lowlevel.Abort.FAILED
+    )
+    return result

@@ -3,8 +3,11 @@ interval; durable-index callbacks arrive in order."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -86,3 +89,64 @@ async def test_flush_once_and_prepare(tmp_path: Path) -> None:
                     await trio.sleep(0.001)
             assert len(list(store.paths.data.iterdir())) == 2  # made ahead of time
             nursery.cancel_scope.cancel()
+
+
+async def test_a_cancelled_waiter_is_skipped(tmp_path: Path) -> None:
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store)
+        released: list[int] = []
+        gone = trio.CancelScope()
+
+        async def wait(index: int, scope: trio.CancelScope) -> None:
+            with scope:
+                released.append(await flusher.wait_durable(index))
+
+        async with trio.open_nursery() as waiters:
+            waiters.start_soon(wait, 1, gone)
+            waiters.start_soon(wait, 1, trio.CancelScope())
+            waiters.start_soon(wait, 2, trio.CancelScope())
+            await trio.testing.wait_all_tasks_blocked()
+            gone.cancel()  # the first waiter for entry 1 leaves before any flush
+            await trio.testing.wait_all_tasks_blocked()
+            store.append(batch_of(1, 1, 2))
+            assert await flusher.flush_once() == 2
+        assert gone.cancelled_caught
+        assert released == [2, 2]  # the two left, each released once
+
+
+async def test_a_waiter_for_a_truncated_entry_waits_for_its_successor(tmp_path: Path) -> None:
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store)
+        store.append(batch_of(1, 1, 3))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flusher.wait_durable, 3)
+            await trio.testing.wait_all_tasks_blocked()
+            store.truncate_after(1)  # entry 3 is gone before any fsync saw it
+            assert await flusher.flush_once() == 1
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(nursery.child_tasks) == 1  # still waiting: index 3 is not durable
+            store.append(batch_of(2, 2, 2))
+            assert await flusher.flush_once() == 3
+        assert store.durable_index == 3
+
+
+async def test_a_failed_fsync_stops_the_flusher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store)
+        store.append(batch_of(1, 1, 1))
+        monkeypatch.setattr(os, "fdatasync", eio)
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(OSError, check=lambda e: e.errno == errno.EIO),
+            flatten_subgroups=True,
+        ):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(flusher.run)
+                flusher.notify()
+                await flusher.wait_durable(1)  # never released: the flusher fails instead
+        assert store.durable_index == 0
+        monkeypatch.undo()
