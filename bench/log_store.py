@@ -12,7 +12,14 @@ Measures, for 1 KiB entries:
              timed to the end of a final flush, so every byte is on disk when the clock stops
   sync       LogStore.append then flush() for every batch (SYNC_FLUSH, one caller)
   group      SYNC_FLUSH with 64 concurrent trio appenders of one entry each, sharing fsyncs
-             through the Flusher, against sync with batches of 1 (one fsync per entry)
+             through the Flusher, against sync with batches of 1 (one fsync per entry); the
+             process CPU time per entry (both threads) is recorded too
+  lone       the same with one appender: each entry waits for its own fsync through the
+             Flusher, so next to sync with batches of 1 it shows the cost of the worker-thread
+             round trip that keeps the fsync off the event loop
+  wakes      64 trio tasks that only park and are woken together (the scheduler's share of
+             a group round); with the one-entry append time and the flush of 64 entries it
+             gives the summary's group_ceiling: the group figure if a round cost only those
   read       LogStore.get of a random index from the 1024-batch store: p50/p99 latency
   recovery   reopening that store: after close (checkpoint), after a crash with no
              checkpoint (every entry verified), and with its index files deleted (rebuilt)
@@ -217,7 +224,9 @@ def append_sync(path: Path, plan: Plan, batch_entries: int, bodies: list[bytes])
     }
 
 
-async def _group(store: LogStore, plan: Plan, bodies: list[bytes]) -> dict[str, Any]:
+async def _group(
+    store: LogStore, plan: Plan, bodies: list[bytes], appenders: int
+) -> dict[str, Any]:
     flusher = Flusher(store)
     done = 0
     stop = trio.current_time() + plan.group_s
@@ -230,28 +239,69 @@ async def _group(store: LogStore, plan: Plan, bodies: list[bytes]) -> dict[str, 
             await flusher.wait_durable(index)
             done += 1
 
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     async with trio.open_nursery() as nursery:
         await nursery.start(flusher.run)
-        async with trio.open_nursery() as appenders:
-            for _ in range(APPENDERS):
-                appenders.start_soon(appender)
+        async with trio.open_nursery() as tasks:
+            for _ in range(appenders):
+                tasks.start_soon(appender)
         nursery.cancel_scope.cancel()
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu_began
     return {
-        "appenders": APPENDERS,
+        "appenders": appenders,
         "entries": done,
         "total_s": round(elapsed, 3),
         "entries_s": round(done / elapsed),
         "flushes": store.flushes,
         "entries_per_flush": round(done / max(store.flushes, 1), 1),
+        "cpu_us_per_entry": round(cpu / max(done, 1) * 1e6, 1),
     }
 
 
-def group_commit(path: Path, plan: Plan, bodies: list[bytes]) -> dict[str, Any]:
+async def _wakes(seconds: float) -> dict[str, Any]:
+    """APPENDERS tasks that only park and are woken together, rescheduled directly as the
+    Flusher does: the scheduler's share of a group commit round, with nothing else in it."""
+    parked: list[trio.lowlevel.Task] = []
+    everyone_parked = trio.Event()
+    alive, woken = APPENDERS, 0
+    stop = trio.current_time() + seconds
+
+    async def waiter() -> None:
+        nonlocal alive, woken
+        while trio.current_time() < stop:
+            parked.append(trio.lowlevel.current_task())
+            if len(parked) == alive:
+                everyone_parked.set()
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+            woken += 1
+        alive -= 1
+        if len(parked) == alive:  # the rest are parked (or none is left): release them
+            everyone_parked.set()
+
+    async def releaser() -> None:
+        nonlocal everyone_parked
+        while alive:
+            await everyone_parked.wait()
+            everyone_parked = trio.Event()
+            for task in parked:
+                trio.lowlevel.reschedule(task)
+            parked.clear()
+
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(releaser)
+        for _ in range(APPENDERS):
+            nursery.start_soon(waiter)
+    elapsed = time.perf_counter() - began
+    return {"tasks": APPENDERS, "wakes": woken, "us_per_wake": round(elapsed / woken * 1e6, 2)}
+
+
+def group_commit(
+    path: Path, plan: Plan, bodies: list[bytes], appenders: int = APPENDERS
+) -> dict[str, Any]:
     store = open_store(path, plan, FlushPolicy.SYNC_FLUSH)
     try:
-        return trio.run(_group, store, plan, bodies)
+        return trio.run(_group, store, plan, bodies, appenders)
     finally:
         store.close()
 
@@ -341,6 +391,11 @@ def run(work: Path, plan: Plan) -> dict[str, Any]:
     step("group commit")
     results["group"] = group_commit(work / "group", plan, bodies)
     shutil.rmtree(work / "group")
+    step("trio wake-ups")
+    results["wakes"] = trio.run(_wakes, plan.group_s / 3)
+    step("lone appender")
+    results["lone"] = group_commit(work / "lone", plan, bodies, appenders=1)
+    shutil.rmtree(work / "lone")
     return results
 
 
@@ -357,6 +412,13 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     sync_one = next(r for r in results["sync"] if r["batch"] == 1)
     one_per_entry = sync_one["entries_s"]
     group = results["group"]["entries_s"]
+    # What the group figure could be if a round cost nothing but its parts measured here:
+    # every appender's append (as in the one-entry async run, batch built the same way) and
+    # wake-up, then one flush of 64 entries, which nothing overlaps.
+    append_us = 1e6 / next(r for r in results["async"] if r["batch"] == 1)["entries_s"]
+    flush_64_us = next(r for r in results["sync"] if r["batch"] == APPENDERS)["flush_p50_us"]
+    wake_us = results["wakes"]["us_per_wake"]
+    ceiling = APPENDERS * 1e6 / (APPENDERS * (append_us + wake_us) + flush_64_us)
     return {
         "raw_write_mb_s": raw_best,
         "async_batched_mb_s": async_best,
@@ -368,6 +430,15 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
         "sync_group_commit_entries_s": group,
         "group_to_one_fsync": round(group / one_per_entry, 1),
         "group_target_met": group / one_per_entry >= TARGET_GROUP_RATIO,
+        "group_cpu_us_per_entry": results["group"]["cpu_us_per_entry"],
+        "group_ceiling_entries_s": round(ceiling),
+        "group_ceiling_to_one_fsync": round(ceiling / one_per_entry, 1),
+        "ceiling_parts_us": {
+            "append": round(append_us, 2),
+            "wake": wake_us,
+            "flush_of_64": flush_64_us,
+        },
+        "lone_appender_entries_s": results["lone"]["entries_s"],
         "read_p50_us": results["read"]["p50_us"],
         "read_p99_us": results["read"]["p99_us"],
         "recovery_full_walk_s": results["recovery"]["after_crash_full_walk"]["seconds"],
@@ -395,7 +466,19 @@ def table(results: dict[str, Any], summary: dict[str, Any]) -> str:
     g = results["group"]
     rows.append(
         f"SYNC_FLUSH, {g['appenders']} trio appenders        1         -"
-        f" {g['entries_s']:>11}   ({g['entries_per_flush']} entries per fsync)"
+        f" {g['entries_s']:>11}   ({g['entries_per_flush']} entries per fsync,"
+        f" {g['cpu_us_per_entry']} us CPU per entry)"
+    )
+    rows.append(
+        f"  ceiling from its parts: {summary['group_ceiling_entries_s']} entries/s"
+        f" ({summary['group_ceiling_to_one_fsync']}x); per entry {summary['ceiling_parts_us']['append']}"
+        f" us append + {summary['ceiling_parts_us']['wake']} us wake-up, per round"
+        f" {summary['ceiling_parts_us']['flush_of_64']} us flush"
+    )
+    lone = results["lone"]
+    rows.append(
+        f"SYNC_FLUSH, 1 trio appender          1         - {lone['entries_s']:>11}"
+        f"   (through the Flusher's worker thread)"
     )
     rd, rc = results["read"], results["recovery"]
     rows.append(
