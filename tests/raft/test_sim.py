@@ -12,7 +12,8 @@ import pytest
 
 from dledger.raft.entries import EntryBatch, EntryId, EntryKind
 from dledger.raft.events import ChangeMembership, Persist
-from dledger.raft.membership import ChangeKind
+from dledger.raft.membership import ChangeKind, Membership
+from dledger.raft.sim.invariants import Checker
 from dledger.raft.sim.memlog import MemLog
 from dledger.raft.sim.run import simulate
 from dledger.raft.sim.world import Faults, World
@@ -190,3 +191,23 @@ def test_a_removed_voter_in_a_later_term_does_not_hide_the_leader() -> None:
     assert world.leader() is current
     assert world.commit_new_entry(400)
     assert removed.core.term > current.core.term  # it never disrupted the group
+
+
+def test_a_leader_elected_late_in_an_older_term_owes_nothing_to_later_commits() -> None:
+    """Soak seed 18302 (5 nodes) before the fix: n3's vote replies for term 13 arrived after n2
+    had won term 14 and committed i101/t14, so n3 led term 13 (a stale leader, as Raft
+    allows) without that entry, and the checker called it a leader-completeness violation."""
+    r = simulate(18302, nodes=5)
+    assert r.ok, r.violation
+
+
+def test_committed_before_names_what_a_leader_of_a_term_must_hold() -> None:
+    checker = Checker(Membership(frozenset({"a", "b", "c"})))
+    members = Membership(frozenset({"a", "b", "c"}))
+    # entries 1-2 (terms 1, 1) committed in term 1; 3 (term 2) in term 3, with 4 (term 3)
+    checker.on_commit("a", 0, 2, 1, [1, 1], [0, 0], [b"x", b"y"], members, 1)
+    checker.on_commit("b", 2, 4, 3, [2, 3], [0, 0], [b"z", b"w"], members, 3)
+    assert checker.committed_before(1) is None
+    assert checker.committed_before(2) == EntryId(2, 1)
+    assert checker.committed_before(3) == EntryId(2, 1)  # entry 3 was committed in term 3
+    assert checker.committed_before(4) == EntryId(4, 3)

@@ -30,6 +30,9 @@ class Checker:
         # log matching, by induction: an (index, term) names one payload and one previous term
         self.entries_seen: dict[tuple[int, int], tuple[bytes, int]] = {}
         self.committed_terms: list[int] = []  # committed_terms[i - 1]: term of committed entry i
+        # commit_terms[i - 1]: the term whose leader committed entry i first (leader
+        # completeness binds only leaders of later terms)
+        self.commit_terms: list[int] = []
         # the configuration whose quorum committed the newest committed entry: a leader counts
         # the newest configuration in its log, committed or not (single-server changes)
         self.commit_membership = membership
@@ -72,11 +75,13 @@ class Checker:
         kinds: list[int],
         payloads: list[bytes],
         membership: Membership,
+        current_term: int,
     ) -> None:
         """The node's commit index moved from `before` to `after`; `terms`, `kinds` and
         `payloads` are its entries first..after (first > before when a log reset skipped
         entries, which other nodes must have committed already); `membership` is the node's
-        newest configuration, which counted the quorum when this commit is the first."""
+        newest configuration and `current_term` its term, which counted the quorum and name
+        the commit's term when this commit is the first."""
         if after < before:
             raise Violation("commit monotonic", f"{node} commit index went {before} -> {after}")
         known = self.committed_terms
@@ -97,12 +102,23 @@ class Checker:
                     )
             else:
                 known.append(term)
+                self.commit_terms.append(current_term)
                 self.commit_membership = membership
 
     @property
     def committed_top(self) -> EntryId | None:
         k = self.committed_terms
         return EntryId(len(k), k[-1]) if k else None
+
+    def committed_before(self, term: int) -> EntryId | None:
+        """The newest entry committed in a term before `term`: what a leader of `term` must
+        hold. A leader elected late in an older term (its vote replies were delayed) owes
+        nothing to entries a later term has committed meanwhile."""
+        commit_terms = self.commit_terms
+        for index in range(len(commit_terms), 0, -1):
+            if commit_terms[index - 1] < term:
+                return EntryId(index, self.committed_terms[index - 1])
+        return None
 
     # Leader completeness: a leader's log holds every entry committed in earlier terms.
     def on_leader_log(self, node: NodeId, term: int, has: bool, top: EntryId) -> None:

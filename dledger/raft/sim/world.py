@@ -334,7 +334,7 @@ class World:
             if fx.role.role is Role.LEADER:
                 self.stats["election"] += 1
                 self.checker.on_leader(node.id, fx.role.term)
-                top = self.checker.committed_top
+                top = self.checker.committed_before(fx.role.term)
                 if top is not None:
                     has = node.log.start.prev.index >= top.index or (
                         top.index <= node.log.last_index and node.log.term_at(top.index) == top.term
@@ -356,7 +356,9 @@ class World:
         # Only a leader commits an index first (followers learn it), so when this advances
         # the global commit, core.membership is the configuration whose quorum counted.
         membership = core.membership
-        self.checker.on_commit(node.id, seen, commit, first, terms, kinds, payloads, membership)
+        self.checker.on_commit(
+            node.id, seen, commit, first, terms, kinds, payloads, membership, core.term
+        )
         node.commit_seen = commit
 
     def _apply(self, node: SimNode) -> None:
