@@ -215,8 +215,8 @@ def _parse_window(
         out.body_ok[members] = True
         ends = offsets + size
     else:
-        header_crc_ok = crc.crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES])
-        header_ok = shape_ok & (header_crc_ok == header["header_crc"])
+        header_crcs = crc.crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES])
+        header_ok = shape_ok & (header_crcs == header["header_crc"])
         out.header_ok[members] = header_ok
         good = np.flatnonzero(header_ok)
         if len(good) == 0:

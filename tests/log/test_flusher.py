@@ -149,4 +149,4 @@ async def test_a_failed_fsync_stops_the_flusher(
                 flusher.notify()
                 await flusher.wait_durable(1)  # never released: the flusher fails instead
         assert store.durable_index == 0
-        monkeypatch.undo()
+        monkeypatch.undo()  # before the store closes: close() flushes what is dirty

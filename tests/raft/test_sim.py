@@ -202,8 +202,8 @@ def test_a_leader_elected_late_in_an_older_term_owes_nothing_to_later_commits() 
 
 
 def test_committed_before_names_what_a_leader_of_a_term_must_hold() -> None:
-    checker = Checker(Membership(frozenset({"a", "b", "c"})))
     members = Membership(frozenset({"a", "b", "c"}))
+    checker = Checker(members)
     # entries 1-2 (terms 1, 1) committed in term 1; 3 (term 2) in term 3, with 4 (term 3)
     checker.on_commit("a", 0, 2, 1, [1, 1], [0, 0], [b"x", b"y"], members, 1)
     checker.on_commit("b", 2, 4, 3, [2, 3], [0, 0], [b"z", b"w"], members, 3)
