@@ -207,13 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.dledger", description=__doc__)
     p.add_argument("--quick", action="store_true", help="3 s per load, 5 kills")
     p.add_argument("--seconds", type=float)
-    p.add_argument("--kills", type=int)
+    p.add_argument("--kills", type=int, help="leader kills (default 20, 5 with --quick; 0: none)")
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--clients", default=",".join(map(str, CLIENT_COUNTS)))
     p.add_argument("--out", type=Path, default=Path("bench/results/dledger.json"))
     args = p.parse_args(argv)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
-    kills = args.kills or (5 if args.quick else 20)
+    kills = args.kills if args.kills is not None else (5 if args.quick else 20)
+    if kills < 0:
+        p.error("--kills must be >= 0")
     policies = args.policies.split(",")
     client_counts = [int(c) for c in args.clients.split(",")]
     results: dict[str, Any] = {"throughput": [], "failover": None}
@@ -230,12 +232,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['elections_during_load']:>9} {r['cpu_steal_pct']!s:>7}"
                 )
-        fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
-        results["failover"] = fo
-        print(
-            f"failover (kill -9 of the leader -> first ack after it), {kills} kills: "
-            f"p50 {fo['failover_ms_p50']} ms, p99 {fo['failover_ms_p99']} ms, max {fo['failover_ms_max']} ms"
-        )
+        if kills:
+            fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
+            results["failover"] = fo
+            print(
+                f"failover (kill -9 of the leader -> first ack after it), {kills} kills: "
+                f"p50 {fo['failover_ms_p50']} ms, p99 {fo['failover_ms_p99']} ms, max {fo['failover_ms_max']} ms"
+            )
     peers = peer_figures()
     best = {
         pol: max(
@@ -250,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "etcd" in peers and "SYNC_FLUSH" in best:
         ratios["sync_vs_etcd"] = round(best["SYNC_FLUSH"] / peers["etcd"]["append_msgs_s"], 2)
-    if "rabbitmq_quorum" in peers:
+    if "rabbitmq_quorum" in peers and results["failover"] is not None:
         ratios["failover_p50_vs_rabbitmq"] = round(
             results["failover"]["failover_ms_p50"] / peers["rabbitmq_quorum"]["failover_ms_p50"], 2
         )
