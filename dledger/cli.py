@@ -88,6 +88,13 @@ async def run(args: argparse.Namespace, peers: dict[str, Any]) -> int:
     return 0
 
 
+def _cell(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if key == "role" and row.get("removed_at"):
+        return f"{value} (removed at {row['removed_at']})"
+    return "" if value is None else str(value)
+
+
 def format_status(rows: list[dict[str, Any]]) -> str:
     head = ("node", "role", "term", "leader", "first", "last", "commit", "applied", "durable")
     keys = (
@@ -101,7 +108,7 @@ def format_status(rows: list[dict[str, Any]]) -> str:
         "applied_index",
         "durable_index",
     )
-    table = [head] + [tuple("" if r.get(k) is None else str(r.get(k)) for k in keys) for r in rows]
+    table = [head] + [tuple(_cell(r, k) for k in keys) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table

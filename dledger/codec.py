@@ -38,10 +38,14 @@ def _read_entry_id(body: dict[str, Any], name: str) -> EntryId:
 
 
 def _read_term(body: dict[str, Any]) -> int:
-    term = field(body, "term", int)
-    if term < 0:
-        raise MalformedFrame("field 'term' must be >= 0")
-    return term
+    return _read_index(body, "term")
+
+
+def _read_index(body: dict[str, Any], name: str) -> int:
+    value = field(body, name, int)
+    if value < 0:
+        raise MalformedFrame(f"field {name!r} must be >= 0")
+    return value
 
 
 def encode_message(m: Message) -> dict[str, Any]:
@@ -95,6 +99,7 @@ def encode_message(m: Message) -> dict[str, Any]:
             "from": m.voter,
             "granted": m.granted,
             "pre": m.pre_vote,
+            "removed": m.removed_at,
         }
     if t is TimeoutNow:
         assert isinstance(m, TimeoutNow)
@@ -177,7 +182,11 @@ _DECODERS: dict[Code, Callable[[dict[str, Any], str], Message]] = {
         field(b, "transfer", bool),
     ),
     Code.REQUEST_VOTE_REPLY: lambda b, s: RequestVoteReply(
-        _read_term(b), s, field(b, "granted", bool), field(b, "pre", bool)
+        _read_term(b),
+        s,
+        field(b, "granted", bool),
+        field(b, "pre", bool),
+        _read_index(b, "removed") if "removed" in b else 0,
     ),
     Code.TIMEOUT_NOW: lambda b, s: TimeoutNow(_read_term(b), s),
     Code.INSTALL_LOG_START: _decode_install,

@@ -583,6 +583,7 @@ class Node:
             "voters": sorted(core.membership.voters),
             "learners": sorted(core.membership.learners),
             "transfer_target": core.transfer_target,
+            "removed_at": core.removed_at,
             "pending_appends": self._pending_entries,
             "waiting_appends": len(self._waiters),
             "metrics": {**self.metrics, **self._link_metrics()},

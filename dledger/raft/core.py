@@ -100,6 +100,7 @@ class CoreStatus:
     membership: Membership
     peers: dict[NodeId, PeerStatus]
     transfer_target: NodeId | None
+    removed_at: int  # > 0: a voter says we are out of the configuration committed there
 
 
 class RaftCore:
@@ -133,6 +134,9 @@ class RaftCore:
         self.randomized_timeout = self._random_timeout()
         self.votes: dict[NodeId, bool] = {}
         self.lead: LeaderState | None = None
+        # > 0 once a voter told us its configuration committed at that index leaves us out:
+        # we stop campaigning until our own configuration changes or a leader contacts us.
+        self.removed_at = 0
         self._expected_last = log.last_index
         self._begin()
 
@@ -177,6 +181,7 @@ class RaftCore:
             membership=self.membership,
             peers=peers,
             transfer_target=transfer,
+            removed_at=self.removed_at,
         )
 
     # --- one step ---------------------------------------------------------------------------------
@@ -338,6 +343,7 @@ class RaftCore:
     def _set_configs(self, configs: list[ConfigEntry]) -> None:
         assert configs, "a node always has a configuration"
         self.configs = configs
+        self.removed_at = 0  # our own log now says whether we are a voter
         self._hs_dirty = True
         if self.lead is not None:
             self._sync_progress_with_membership()
@@ -390,7 +396,7 @@ class RaftCore:
         self._reset_timers()
 
     def _promotable(self) -> bool:
-        return self.id in self.membership.voters
+        return self.id in self.membership.voters and not self.removed_at
 
     def _in_lease(self) -> bool:
         """We heard from a live leader within the minimum election timeout (a leader counts
@@ -662,6 +668,15 @@ class RaftCore:
     # --- messages ------------------------------------------------------------------------------
 
     def _receive(self, m: Message) -> None:
+        if isinstance(m, RequestVote):
+            removed_at = self._removed_at(m.candidate)
+            if removed_at:  # whatever its term: a node outside the group cannot disrupt it
+                reply = RequestVoteReply(self.term, self.id, False, m.pre_vote, removed_at)
+                self._send(m.candidate, reply)
+                return
+        elif isinstance(m, RequestVoteReply) and m.removed_at:
+            self._on_removed(m)
+            return
         if m.term > self.term:
             if isinstance(m, RequestVote):
                 if not m.pre_vote:
@@ -688,6 +703,29 @@ class RaftCore:
             self._send(m.sender, HeartbeatReply(self.term, self.id))
         elif isinstance(m, RequestVote) and m.pre_vote:
             self._send(m.sender, RequestVoteReply(self.term, self.id, False, True))
+
+    def _removed_at(self, node: NodeId) -> int:
+        """The index of our newest configuration if it is committed and leaves `node` out, else
+        0. Such a node is no voter in any configuration that can still win an election, unless a
+        leader adds it back, and that leader then sends it entries (clearing what we tell it).
+        A voter removed while it was down never learns of its removal from its own log, and
+        without this would campaign for good with pre-votes nobody grants."""
+        newest = self.configs[-1]
+        committed = 0 < newest.index <= self.commit_index
+        return newest.index if committed and node not in newest.membership.members else 0
+
+    def _on_removed(self, m: RequestVoteReply) -> None:
+        """A voter says its configuration committed at m.removed_at leaves us out. Believed
+        only when our own newest configuration is older than that one: a voter lagging behind
+        us may not know that we were added back."""
+        if self.removed_at or self.role is Role.LEADER or m.removed_at <= self.configs[-1].index:
+            return
+        self.removed_at = m.removed_at
+        self._become_follower(self.term, None)
+        self._notices.append(
+            f"{self.id} is not in the group's configuration committed at index {m.removed_at} "
+            f"(so says {m.voter}): it stops campaigning until a leader contacts it"
+        )
 
     def _log_up_to_date(self, last: EntryId) -> bool:
         mine = self._last_id()
@@ -743,6 +781,7 @@ class RaftCore:
         if self.role is not Role.FOLLOWER:
             self._become_follower(self.term, leader)
         self.leader = leader
+        self.removed_at = 0  # a leader counts us in
         self.election_elapsed = 0
 
     def _on_append_entries(self, m: AppendEntries) -> None:

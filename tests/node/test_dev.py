@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from dledger.cli import format_status
 from dledger.localgroup import free_port, wait_until
 
 
@@ -86,3 +87,15 @@ def test_foreground_shows_a_table_and_stops_the_group_on_ctrl_c(tmp_path: Path) 
             p.kill()
             p.wait()
     assert all(gone(pid) for pid in pids.values())
+
+
+def test_status_table_says_when_a_node_was_told_it_is_out_of_the_group() -> None:
+    rows = [
+        {"node": "n0", "role": "leader", "term": 4, "removed_at": 0},
+        {"node": "n3", "role": "follower", "term": 6, "removed_at": 12},
+        {"node": "n1", "role": "down", "error": "timeout"},
+    ]
+    lines = format_status(rows).splitlines()
+    assert lines[1].split()[:3] == ["n0", "leader", "4"]
+    assert lines[2].split()[:5] == ["n3", "follower", "(removed", "at", "12)"]
+    assert lines[3].split()[:2] == ["n1", "down"]

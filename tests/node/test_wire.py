@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import msgpack
 import pytest
 from hypothesis import given
@@ -64,7 +65,9 @@ def messages(draw: st.DrawFn) -> object:
     if kind == 4:
         return RequestVote(t, s, draw(entry_ids), draw(st.booleans()), draw(st.booleans()))
     if kind == 5:
-        return RequestVoteReply(t, s, draw(st.booleans()), draw(st.booleans()))
+        return RequestVoteReply(
+            t, s, draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 2**40))
+        )
     if kind == 6:
         return TimeoutNow(t, s)
     config = ConfigEntry(3, 1, Membership(frozenset({"n0", "n1"}), frozenset({"n2"})))
@@ -176,3 +179,13 @@ class TestBadFrames:
         body["bodies"] = ["text"]
         with pytest.raises(MalformedFrame, match="bodies must all be bytes"):
             decode_message(body, sender="n0")
+
+    def test_removed_at_is_optional_but_never_negative(self) -> None:
+        """A reply from a replica that predates the field decodes as an ordinary refusal."""
+        reply = RequestVoteReply(3, "n1", False, True, removed_at=7)
+        body = encode_message(reply)
+        del body["removed"]
+        assert decode_message(dict(body), sender="n1") == attrs.evolve(reply, removed_at=0)
+        body["removed"] = -1
+        with pytest.raises(MalformedFrame, match="field 'removed' must be >= 0"):
+            decode_message(body, sender="n1")

@@ -29,6 +29,7 @@ from dledger.raft.messages import (
     HeartbeatReply,
     InstallLogStart,
     RequestVote,
+    RequestVoteReply,
     TimeoutNow,
 )
 from dledger.raft.sim.memlog import MemLog
@@ -302,19 +303,92 @@ class TestMembership:
         result = self.change(s, ChangeKind.PROMOTE, "n1")
         assert result == Refused(Refusal.BAD_REQUEST, "n0", "n1 is not a learner")
 
-    def test_removed_leader_steps_down_once_removal_commits(self) -> None:
+    def four_voters(self) -> Script:
+        """n0 leads n1, n2 and n3, which joined (as a learner, then promoted) after the start."""
         s = Script(3, spares=1)
         s.elect("n0")
         assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
         for _ in range(6):
             s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
             s.stabilize()
+        assert "n3" in s.core("n3").membership.voters
+        return s
+
+    def test_removed_leader_steps_down_once_removal_commits(self) -> None:
+        s = self.four_voters()
         assert isinstance(self.change(s, ChangeKind.REMOVE, "n0"), Proposed)
         s.stabilize()
         assert s.core("n0").role is Role.FOLLOWER
         assert "n0" not in s.core("n1").membership.members
         s.stabilize()  # it handed over with TimeoutNow: no election timeout is waited out
         assert leader_of(s) in {"n1", "n2", "n3"}
+
+    def remove_n3_while_it_is_down(self) -> tuple[Script, int]:
+        """n3 joins as a voter, goes down, and is removed; every voter commits the removal.
+        Returns the script and the removal's index."""
+        s = self.four_voters()
+        s.crash("n3")
+        assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
+        for _ in range(3):
+            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+            s.stabilize()
+        removal = s.core("n0").configs[-1].index
+        assert all(s.core(n).commit_index >= removal for n in ("n0", "n1", "n2"))
+        s.drop(dst="n3")
+        s.restart("n3")
+        assert "n3" in s.core("n3").membership.voters  # its log never saw the removal
+        return s, removal
+
+    def test_a_voter_removed_while_down_stops_campaigning_once_told(self) -> None:
+        s, removal = self.remove_n3_while_it_is_down()
+        term = s.core("n0").term
+        s.campaign("n3")
+        assert s.pending(src="n3", kind=RequestVote)
+        s.stabilize()
+        n3 = s.core("n3")
+        assert n3.removed_at == removal
+        assert n3.role is Role.FOLLOWER
+        assert n3.status().removed_at == removal
+        s.tick("n3", SCRIPT_CONFIG.election_ticks_max * 3)
+        assert not s.pending(src="n3")  # silent: no pre-vote, no retry
+        assert s.core("n0").role is Role.LEADER
+        assert {s.core(n).term for n in ("n0", "n1", "n2")} == {term}
+
+    def test_a_removed_node_cannot_raise_the_group_s_term(self) -> None:
+        """Even a real vote request in a later term (pre-vote off, or a buggy peer) is
+        answered with the removal and changes nothing."""
+        s, removal = self.remove_n3_while_it_is_down()
+        term = s.core("n1").term
+        s.feed("n1", RequestVote(term + 5, "n3", EntryId(100, term + 4), False))
+        assert s.core("n1").term == term
+        assert s.core("n1").vote != "n3"
+        [reply] = [p.message for p in s.pending(src="n1", dst="n3")]
+        assert reply == RequestVoteReply(term, "n1", False, False, removed_at=removal)
+
+    def test_a_removed_voter_added_back_campaigns_again(self) -> None:
+        s, _ = self.remove_n3_while_it_is_down()
+        s.campaign("n3")
+        s.stabilize()
+        assert s.core("n3").removed_at
+        assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
+        for _ in range(6):
+            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+            s.stabilize()
+        n3 = s.core("n3")
+        assert n3.removed_at == 0
+        assert "n3" in n3.membership.voters
+        assert n3.membership == s.core("n0").membership
+
+    def test_a_lagging_voter_cannot_talk_a_newer_member_out(self) -> None:
+        """Told "removed" about a configuration older than its own newest one, a node keeps
+        campaigning: the voter saying so may not know it was added back."""
+        s = self.four_voters()
+        n3 = s.core("n3")
+        newest = n3.configs[-1].index
+        s.feed("n3", RequestVoteReply(n3.term, "n1", False, True, removed_at=newest))
+        assert n3.removed_at == 0
+        s.campaign("n3")
+        assert s.pending(src="n3", kind=RequestVote)
 
     def test_restart_recovers_membership_from_hard_state(self) -> None:
         s = Script(3, spares=1)

@@ -61,6 +61,7 @@ def test_sweep_exercises_every_fault_and_rare_path() -> None:
         "compaction",
         "log reset",
         "truncation",
+        "told removed",
     ):
         assert seen[what] > 0, f"no seed exercised {what}: {sorted(seen.items())}"
 

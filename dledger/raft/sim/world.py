@@ -216,9 +216,9 @@ class World:
         """The live leader of the highest term, unless a member of its own configuration is in
         a later term (then it is about to step down).
 
-        Nodes outside that configuration do not count: a removed voter that never learned of
-        its removal can sit in a later term for good, campaigning with pre-votes nobody
-        grants, while the group commits without it."""
+        Nodes outside that configuration do not count: a voter removed while it was down can
+        sit in a later term for good (it stops campaigning once a voter tells it it is out,
+        but keeps its term), while the group commits without it."""
         live = [n for n in self.nodes.values() if n.core is not None]
         leaders = [n for n in live if n.core is not None and n.core.role is Role.LEADER]
         if not leaders:
@@ -284,8 +284,11 @@ class World:
 
     def feed(self, node: SimNode, event: Event | Message) -> None:
         assert node.core is not None
+        removed_before = node.core.removed_at
         fx = node.core.step(event)
         self._perform(node, fx)
+        if node.core.removed_at and not removed_before:
+            self.stats["told removed"] += 1  # a voter removed while down learned of it
         if any(
             isinstance(env.message, RequestVoteReply) and env.message.granted
             for env in fx.send_after_persist
