@@ -669,7 +669,7 @@ class RaftCore:
 
     def _receive(self, m: Message) -> None:
         if isinstance(m, RequestVote):
-            removed_at = self._removed_at(m.candidate)
+            removed_at = self._removed_at(m.candidate, m.last_log)
             if removed_at:  # whatever its term: a node outside the group cannot disrupt it
                 reply = RequestVoteReply(self.term, self.id, False, m.pre_vote, removed_at)
                 self._send(m.candidate, reply)
@@ -704,15 +704,21 @@ class RaftCore:
         elif isinstance(m, RequestVote) and m.pre_vote:
             self._send(m.sender, RequestVoteReply(self.term, self.id, False, True))
 
-    def _removed_at(self, node: NodeId) -> int:
-        """The index of our newest configuration if it is committed and leaves `node` out, else
-        0. Such a node is no voter in any configuration that can still win an election, unless a
-        leader adds it back, and that leader then sends it entries (clearing what we tell it).
+    def _removed_at(self, node: NodeId, last: EntryId) -> int:
+        """The index of our newest configuration if it is committed, leaves `node` out, and
+        `node`'s log (ending at `last`) does not reach it; else 0.
+
         A voter removed while it was down never learns of its removal from its own log, and
-        without this would campaign for good with pre-votes nobody grants."""
+        without this would campaign for good with pre-votes nobody grants. Such a node is no
+        voter in any configuration that can still win an election: a leader that added it back
+        would have replicated past that index to it first (a learner catches up before it is
+        promoted), and committed entries are never cut. A node whose log does reach past the
+        index may have been added back while we lagged behind; it gets an ordinary answer, since
+        refusing it could leave a group that needs our vote without a leader."""
         newest = self.configs[-1]
         committed = 0 < newest.index <= self.commit_index
-        return newest.index if committed and node not in newest.membership.members else 0
+        out = committed and node not in newest.membership.members and last.index < newest.index
+        return newest.index if out else 0
 
     def _on_removed(self, m: RequestVoteReply) -> None:
         """A voter says its configuration committed at m.removed_at leaves us out. Believed

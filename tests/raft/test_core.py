@@ -359,7 +359,10 @@ class TestMembership:
         answered with the removal and changes nothing."""
         s, removal = self.remove_n3_while_it_is_down()
         term = s.core("n1").term
-        s.feed("n1", RequestVote(term + 5, "n3", EntryId(100, term + 4), False))
+        n3_log = s.node("n3").log
+        last = EntryId(n3_log.last_index, n3_log.term_at(n3_log.last_index))
+        assert last.index < removal
+        s.feed("n1", RequestVote(term + 5, "n3", last, False))
         assert s.core("n1").term == term
         assert s.core("n1").vote != "n3"
         [reply] = [p.message for p in s.pending(src="n1", dst="n3")]
@@ -389,6 +392,37 @@ class TestMembership:
         assert n3.removed_at == 0
         s.campaign("n3")
         assert s.pending(src="n3", kind=RequestVote)
+
+    def test_a_lagging_voter_still_votes_for_a_member_it_thinks_removed(self) -> None:
+        """n1 is cut off while n3 is removed, added back, and n2 removed: n1's newest committed
+        configuration still leaves n3 out. Once n0 and n2 are gone, n3 can only win with n1's
+        vote, which n1 must give (n3's log runs past n1's configuration, so n3 may well have
+        been added back) instead of calling n3 removed."""
+        s, removal = self.remove_n3_while_it_is_down()
+
+        def settle_without_n1() -> None:
+            for _ in range(200):
+                s.drop(src="n1")
+                s.drop(dst="n1")
+                if not s.deliver():
+                    return
+            raise AssertionError("still delivering")
+
+        for change in (ChangeKind.ADD_VOTER, ChangeKind.REMOVE):
+            node = "n3" if change is ChangeKind.ADD_VOTER else "n2"
+            assert isinstance(self.change(s, change, node), Proposed)
+            for _ in range(6):
+                s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
+                settle_without_n1()
+        assert s.core("n3").membership == Membership(frozenset({"n0", "n1", "n3"}))
+        assert s.core("n1").configs[-1].index == removal  # it lags: n3 is out, as far as it knows
+        s.crash("n0")
+        s.crash("n2")
+        s.tick("n1", SCRIPT_CONFIG.election_ticks_max)  # n1 lost its leader too
+        s.drop()
+        s.campaign("n3")
+        s.stabilize()
+        assert s.core("n3").role is Role.LEADER
 
     def test_restart_recovers_membership_from_hard_state(self) -> None:
         s = Script(3, spares=1)
