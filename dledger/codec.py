@@ -38,10 +38,10 @@ def _read_entry_id(body: dict[str, Any], name: str) -> EntryId:
 
 
 def _read_term(body: dict[str, Any]) -> int:
-    return _read_index(body, "term")
+    return _read_non_negative(body, "term")
 
 
-def _read_index(body: dict[str, Any], name: str) -> int:
+def _read_non_negative(body: dict[str, Any], name: str) -> int:
     value = field(body, name, int)
     if value < 0:
         raise MalformedFrame(f"field {name!r} must be >= 0")
@@ -186,7 +186,7 @@ _DECODERS: dict[Code, Callable[[dict[str, Any], str], Message]] = {
         s,
         field(b, "granted", bool),
         field(b, "pre", bool),
-        _read_index(b, "removed") if "removed" in b else 0,
+        _read_non_negative(b, "removed") if "removed" in b else 0,
     ),
     Code.TIMEOUT_NOW: lambda b, s: TimeoutNow(_read_term(b), s),
     Code.INSTALL_LOG_START: _decode_install,

@@ -156,11 +156,21 @@ class Script:
             self.world.net.in_flight.remove(packet)
         return len(chosen)
 
-    def stabilize(self, rounds_max: int = 200) -> None:
+    def stabilize(self, rounds_max: int = 200, *, cut_off: str | None = None) -> None:
+        """Deliver until nothing is in flight; messages to and from `cut_off` are lost."""
         for _ in range(rounds_max):
+            if cut_off is not None:
+                self.drop(src=cut_off)
+                self.drop(dst=cut_off)
             if not self.deliver():
                 return
         raise AssertionError(f"still delivering after {rounds_max} rounds")
+
+    def heartbeats(self, leader: str, rounds: int, *, cut_off: str | None = None) -> None:
+        """`rounds` heartbeat periods of the leader, each followed by stabilize()."""
+        for _ in range(rounds):
+            self.tick(leader, self.world.config.heartbeat_ticks)
+            self.stabilize(cut_off=cut_off)
 
 
 def _matches(p: Packet, src: str | None, dst: str | None, kind: type | None) -> bool:

@@ -223,9 +223,7 @@ class TestReplication:
         s.node("n2").log = MemLog()  # the store is gone
         s.node("n2").hard = HardState()
         s.restart("n2")
-        for _ in range(3):
-            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
-            s.stabilize()
+        s.heartbeats("n0", 3)
         notices = [text for node, text in s.world.notices if node == "n0"]
         assert any("follower n2 lost entries it had acknowledged" in n for n in notices), notices
         assert s.terms("n2") == s.terms("n0")
@@ -283,9 +281,7 @@ class TestMembership:
         s.stabilize()
         assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
         assert s.core("n0").membership.learners == {"n3"}
-        for _ in range(6):
-            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
-            s.stabilize()
+        s.heartbeats("n0", 6)
         assert s.core("n0").membership == Membership(frozenset({"n0", "n1", "n2", "n3"}))
         assert s.core("n3").membership == s.core("n0").membership
         assert s.terms("n3") == s.terms("n0")
@@ -308,9 +304,7 @@ class TestMembership:
         s = Script(3, spares=1)
         s.elect("n0")
         assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
-        for _ in range(6):
-            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
-            s.stabilize()
+        s.heartbeats("n0", 6)
         assert "n3" in s.core("n3").membership.voters
         return s
 
@@ -329,9 +323,7 @@ class TestMembership:
         s = self.four_voters()
         s.crash("n3")
         assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
-        for _ in range(3):
-            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
-            s.stabilize()
+        s.heartbeats("n0", 3)
         removal = s.core("n0").configs[-1].index
         assert all(s.core(n).commit_index >= removal for n in ("n0", "n1", "n2"))
         s.drop(dst="n3")
@@ -374,9 +366,7 @@ class TestMembership:
         s.stabilize()
         assert s.core("n3").removed_at
         assert isinstance(self.change(s, ChangeKind.ADD_VOTER, "n3"), Proposed)
-        for _ in range(6):
-            s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
-            s.stabilize()
+        s.heartbeats("n0", 6)
         n3 = s.core("n3")
         assert n3.removed_at == 0
         assert "n3" in n3.membership.voters
@@ -399,21 +389,10 @@ class TestMembership:
         vote, which n1 must give (n3's log runs past n1's configuration, so n3 may well have
         been added back) instead of calling n3 removed."""
         s, removal = self.remove_n3_while_it_is_down()
-
-        def settle_without_n1() -> None:
-            for _ in range(200):
-                s.drop(src="n1")
-                s.drop(dst="n1")
-                if not s.deliver():
-                    return
-            raise AssertionError("still delivering")
-
         for change in (ChangeKind.ADD_VOTER, ChangeKind.REMOVE):
             node = "n3" if change is ChangeKind.ADD_VOTER else "n2"
             assert isinstance(self.change(s, change, node), Proposed)
-            for _ in range(6):
-                s.tick("n0", SCRIPT_CONFIG.heartbeat_ticks)
-                settle_without_n1()
+            s.heartbeats("n0", 6, cut_off="n1")
         assert s.core("n3").membership == Membership(frozenset({"n0", "n1", "n3"}))
         assert s.core("n1").configs[-1].index == removal  # it lags: n3 is out, as far as it knows
         s.crash("n0")
