@@ -9,6 +9,13 @@ append latency p50/p99. Then failover: appenders running, the leader is killed w
 the time from the kill to the first append acknowledged after it is taken, 20 times (the
 victim restarts and catches up between kills). Peer figures come from
 ../shared/bench/results/*.json and are printed as ratios.
+
+    python -m bench.dledger --live-peers nats_jetstream,etcd
+
+also runs those peers' own scripts (../shared/bench/peers/) in this session, once before our
+loads and once after, and reports ratios to the mean of the two runs as `live_ratios`. The
+stored figures may come from another hour or another machine; on a shared VM only figures of
+one session compare, and the before/after pair shows how far the host moved meanwhile.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +41,16 @@ ENTRY_BYTES = 1024
 CLIENT_COUNTS = (1, 16, 128)
 POLICIES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 PEERS_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench" / "results"
+PEER_SCRIPTS = PEERS_DIR.parent / "peers"
+# A live peer run measures throughput and a few failovers: each script's own figures, with the
+# counts cut so a run takes about a minute. The key names the script and its stored result.
+LIVE_PEERS: dict[str, list[str]] = {
+    "nats_jetstream": ["nats_jetstream.py", "--failover-rounds", "3"],
+    "etcd": ["etcd_kv.py", "--failovers", "3", "--no-check-perf"],
+    "rabbitmq_quorum": ["rabbitmq_quorum.py", "--failovers", "3"],
+    "pysyncobj": ["pysyncobj_log.py", "--failovers", "3"],
+}
+PEER_RUN_TIMEOUT_S = 900.0
 SEGMENT_BYTES = 256 << 20  # smaller than the 1 GiB default so runs leave less behind
 
 
@@ -189,18 +208,70 @@ def run_group(root: Path, policy: str, body: Any, *args: Any) -> dict[str, Any]:
         group.stop_all()
 
 
+def figures_of(d: dict[str, Any]) -> dict[str, Any]:
+    """The comparison figures from one peer result file."""
+    return {
+        "append_msgs_s": d.get("publish_async_msgs_s") or d.get("append_msgs_s"),
+        "failover_ms_p50": d.get("failover_ms_p50"),
+        "failover_ms_max": d.get("failover_ms_max"),
+        "when": d.get("when"),
+    }
+
+
 def peer_figures() -> dict[str, Any]:
     figures = {}
-    for name in ("nats_jetstream", "etcd", "rabbitmq_quorum", "pysyncobj"):
+    for name in LIVE_PEERS:
         path = PEERS_DIR / f"{name}.json"
         if path.exists():
-            d = json.loads(path.read_text())
-            figures[name] = {
-                "append_msgs_s": d.get("publish_async_msgs_s") or d.get("append_msgs_s"),
-                "failover_ms_p50": d.get("failover_ms_p50"),
-                "failover_ms_max": d.get("failover_ms_max"),
-            }
+            figures[name] = figures_of(json.loads(path.read_text()))
     return figures
+
+
+def run_peer(name: str, out: Path) -> dict[str, Any]:
+    """One run of a peer's own benchmark script, now; its figures. The script installs what it
+    is missing (as root) and stops its servers on exit; a failed run raises."""
+    script, *options = LIVE_PEERS[name]
+    python = shutil.which("python3") or sys.executable
+    command = [python, str(PEER_SCRIPTS / script), *options, "--out", str(out)]
+    print(f"... peer {name}: {' '.join(command[1:])}", flush=True)
+    done = subprocess.run(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=PEER_RUN_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0 or not out.exists():
+        tail = "\n".join(done.stdout.splitlines()[-15:])
+        raise RuntimeError(f"peer {name} exited {done.returncode}:\n{tail}")
+    return figures_of(json.loads(out.read_text()))
+
+
+def live_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A peer's before and after runs: each figure's mean, and the runs themselves."""
+    summary: dict[str, Any] = {"runs": runs}
+    for key in ("append_msgs_s", "failover_ms_p50", "failover_ms_max"):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        summary[key] = round(statistics.fmean(values), 1) if values else None
+    return summary
+
+
+def ratios_to(
+    peers: dict[str, Any], best: dict[str, int], fo: dict[str, Any] | None
+) -> dict[str, float]:
+    """Our best acked entries/s per policy, and failover p50, against the peers' figures."""
+    ratios = {}
+    nats = peers.get("nats_jetstream", {}).get("append_msgs_s")
+    if nats and "ASYNC_FLUSH" in best:
+        ratios["async_vs_nats_jetstream"] = round(best["ASYNC_FLUSH"] / nats, 2)
+    etcd = peers.get("etcd", {}).get("append_msgs_s")
+    if etcd and "SYNC_FLUSH" in best:
+        ratios["sync_vs_etcd"] = round(best["SYNC_FLUSH"] / etcd, 2)
+    rabbit = peers.get("rabbitmq_quorum", {}).get("failover_ms_p50")
+    if rabbit and fo is not None:
+        ratios["failover_p50_vs_rabbitmq"] = round(fo["failover_ms_p50"] / rabbit, 2)
+    return ratios
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,16 +282,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--clients", default=",".join(map(str, CLIENT_COUNTS)))
     p.add_argument("--out", type=Path, default=Path("bench/results/dledger.json"))
+    p.add_argument(
+        "--live-peers",
+        default="",
+        metavar="NAMES",
+        help=f"comma list of peers to run in this session, before and after our loads: {', '.join(LIVE_PEERS)}",
+    )
     args = p.parse_args(argv)
     seconds = args.seconds or (3.0 if args.quick else 10.0)
     kills = args.kills if args.kills is not None else (5 if args.quick else 20)
     if kills < 0:
         p.error("--kills must be >= 0")
+    live = [name for name in args.live_peers.split(",") if name]
+    unknown = [name for name in live if name not in LIVE_PEERS]
+    if unknown:
+        p.error(f"--live-peers: unknown {', '.join(unknown)} (known: {', '.join(LIVE_PEERS)})")
     policies = args.policies.split(",")
     client_counts = [int(c) for c in args.clients.split(",")]
     results: dict[str, Any] = {"throughput": [], "failover": None}
+    live_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in live}
     with tempfile.TemporaryDirectory(prefix="bench-dledger-") as tmp:
         root = Path(tmp)
+        for name in live:
+            live_runs[name].append(run_peer(name, root / f"{name}-before.json"))
         print(
             f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'elections':>9} {'steal %':>7}"
         )
@@ -232,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['elections_during_load']:>9} {r['cpu_steal_pct']!s:>7}"
                 )
+        for name in live:
+            live_runs[name].append(run_peer(name, root / f"{name}-after.json"))
         if kills:
             fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
             results["failover"] = fo
@@ -246,17 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         for pol in policies
     }
-    ratios = {}
-    if "nats_jetstream" in peers and "ASYNC_FLUSH" in best:
-        ratios["async_vs_nats_jetstream"] = round(
-            best["ASYNC_FLUSH"] / peers["nats_jetstream"]["append_msgs_s"], 2
-        )
-    if "etcd" in peers and "SYNC_FLUSH" in best:
-        ratios["sync_vs_etcd"] = round(best["SYNC_FLUSH"] / peers["etcd"]["append_msgs_s"], 2)
-    if "rabbitmq_quorum" in peers and results["failover"] is not None:
-        ratios["failover_p50_vs_rabbitmq"] = round(
-            results["failover"]["failover_ms_p50"] / peers["rabbitmq_quorum"]["failover_ms_p50"], 2
-        )
+    ratios = ratios_to(peers, best, results["failover"])
+    live_peers = {name: live_summary(runs) for name, runs in live_runs.items()}
+    live_ratios = ratios_to(live_peers, best, results["failover"])
+    for name, summary in live_peers.items():
+        before, after = (r["append_msgs_s"] for r in summary["runs"])
+        print(f"peer {name} in this session: {before:,.0f} before, {after:,.0f} after our loads")
     report = {
         "what": "dledger",
         "replicas": 3,
@@ -266,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         **results,
         "peers": peers,
         "ratios": ratios,
+        "live_peers": live_peers,
+        "live_ratios": live_ratios,
         "cpu_count": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "method": "3 dledger-server processes on 127.0.0.1 (default timeouts, 256 MiB segments), a fresh "
@@ -278,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print("ratios:", ratios)
+    print("ratios to the stored peer figures:", ratios)
+    if live_ratios:
+        print("ratios to the peers run in this session:", live_ratios)
     print(json.dumps(report))
     return 0
 
