@@ -19,15 +19,18 @@ from dledger.wire import LENGTH, Code, FrameReader, Status, encode_frame
 from tests.node.conftest import wait_for_leader
 
 
-def exchange(group: LocalGroup, node: str, data: bytes) -> list[dict[str, Any]]:
-    """Send raw bytes, return every frame received until the server closes (or 5 s pass)."""
+def exchange(
+    group: LocalGroup, node: str, data: bytes, *, replies: int | None = None
+) -> list[dict[str, Any]]:
+    """Send raw bytes, return the frames received until the server closes the connection, or,
+    for a connection the server keeps, until `replies` frames came; 5 s is the deadline."""
     address = group.peers[node]
     with socket.create_connection((address.host, address.port), timeout=5) as s:
         s.sendall(data)
         reader = FrameReader()
         frames: list[dict[str, Any]] = []
         try:
-            while chunk := s.recv(65536):
+            while (replies is None or len(frames) < replies) and (chunk := s.recv(65536)):
                 reader.feed(chunk)
                 frames.extend(reader.frames())
         except TimeoutError:
@@ -110,7 +113,7 @@ class TestPeers:
 
 class TestClients:
     def request(self, shared_group: LocalGroup, node: str, **body: object) -> dict[str, Any]:
-        (reply,) = exchange(shared_group, node, encode_frame({"id": 7, **body}))[:1]
+        (reply,) = exchange(shared_group, node, encode_frame({"id": 7, **body}), replies=1)
         assert reply["id"] == 7
         return reply
 
@@ -148,6 +151,7 @@ class TestClients:
             shared_group,
             "n0",
             encode_frame({"c": 999, "id": 7}) + encode_frame({"c": Code.STATUS, "id": 8}),
+            replies=2,
         )
         assert frames[0]["id"] == 7 and frames[0]["status"] == Status.BAD_REQUEST
         assert "unknown request code 999" in frames[0]["msg"]
