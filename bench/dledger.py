@@ -51,6 +51,7 @@ LIVE_PEERS: dict[str, list[str]] = {
     "pysyncobj": ["pysyncobj_log.py", "--failovers", "3"],
 }
 PEER_RUN_TIMEOUT_S = 900.0
+PEER_STOP_TIMEOUT_S = 30.0
 SEGMENT_BYTES = 256 << 20  # smaller than the 1 GiB default so runs leave less behind
 
 
@@ -234,17 +235,23 @@ def run_peer(name: str, out: Path) -> dict[str, Any]:
     python = shutil.which("python3") or sys.executable
     command = [python, str(PEER_SCRIPTS / script), *options, "--out", str(out)]
     print(f"... peer {name}: {' '.join(command[1:])}", flush=True)
-    done = subprocess.run(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=PEER_RUN_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0 or not out.exists():
-        tail = "\n".join(done.stdout.splitlines()[-15:])
-        raise RuntimeError(f"peer {name} exited {done.returncode}:\n{tail}")
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as script_process:
+        try:
+            output, _ = script_process.communicate(timeout=PEER_RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            # SIGTERM first: the peer scripts stop their own servers on it, not on SIGKILL
+            script_process.terminate()
+            try:
+                output, _ = script_process.communicate(timeout=PEER_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                script_process.kill()
+                output, _ = script_process.communicate()
+    code = script_process.returncode
+    if code != 0 or not out.exists():
+        tail = "\n".join(output.splitlines()[-15:])
+        raise RuntimeError(f"peer {name} exited {code}:\n{tail}")
     return figures_of(json.loads(out.read_text()))
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
+
 import pytest
 
 from bench import dledger as bench
@@ -62,3 +65,63 @@ def test_bad_flags_exit_2_before_anything_runs(
         bench.main(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+FAKE_PEER = """
+import json, signal, sys
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+mode = sys.argv[1]
+if mode == "ok":
+    out.write_text(json.dumps({"publish_async_msgs_s": 123.0, "failover_ms_p50": 4.0}))
+elif mode == "fail":
+    print("nats-server: not found")
+    sys.exit(2)
+else:  # hang until told to stop; say that SIGTERM (not SIGKILL) came
+    def stop(*_):
+        Path(mode).write_text("stopped")
+        sys.exit(1)
+    signal.signal(signal.SIGTERM, stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # one sent early was pending
+    signal.pause()
+"""
+
+
+@pytest.fixture
+def fake_peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "fake.py").write_text(FAKE_PEER)
+    monkeypatch.setattr(bench, "PEER_SCRIPTS", tmp_path)
+    return tmp_path
+
+
+def test_a_live_peer_run_gives_its_figures(
+    fake_peer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(bench.LIVE_PEERS, "fake", ["fake.py", "ok"])
+    figures = bench.run_peer("fake", fake_peer / "out.json")
+    assert figures["append_msgs_s"] == 123.0 and figures["failover_ms_p50"] == 4.0
+
+
+def test_a_failed_peer_run_raises_with_its_last_words(
+    fake_peer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(bench.LIVE_PEERS, "fake", ["fake.py", "fail"])
+    with pytest.raises(RuntimeError, match=r"peer fake exited 2:\nnats-server: not found"):
+        bench.run_peer("fake", fake_peer / "out.json")
+
+
+def test_a_peer_run_past_its_deadline_is_stopped_with_sigterm(
+    fake_peer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = fake_peer / "stopped"
+    monkeypatch.setitem(bench.LIVE_PEERS, "fake", ["fake.py", str(marker)])
+    monkeypatch.setattr(bench, "PEER_RUN_TIMEOUT_S", 0.5)
+    # The child inherits a blocked SIGTERM, so one sent before its handler exists (a slow start
+    # on a busy host) waits for the handler instead of killing it.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        with pytest.raises(RuntimeError, match="peer fake exited 1"):
+            bench.run_peer("fake", fake_peer / "out.json")
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    assert marker.read_text() == "stopped"
