@@ -396,7 +396,30 @@ class RaftCore:
         self._reset_timers()
 
     def _promotable(self) -> bool:
-        return self.id in self.membership.voters and not self.removed_at
+        return not self.removed_at and self._electorate() is not None
+
+    def _electorate(self) -> frozenset[NodeId] | None:
+        """The voters among whom we may campaign, or None when we may not.
+
+        Our newest configuration's voters when it counts us. When it leaves us out but is not
+        committed, the configuration before it if that one counts us: the change may yet be
+        lost with the leader that proposed it, and until it commits our log may be the only
+        one a majority will vote for. A leader that removed itself and then lost its
+        followers, or a node that took the removal from such a leader, holds that newest log;
+        if it never campaigned, the rest could not win against it and no leader would be
+        elected (the simulator's seed 7460, 5 nodes). A campaign still counts the votes of the
+        newest configuration, as Raft's single-server changes require, so a node outside it
+        needs a majority of the others; once elected it commits its removal and hands over,
+        as a leader that removed itself does."""
+        voters = self.membership.voters
+        if self.id in voters:
+            return voters
+        newest = self.configs[-1]
+        if newest.index > self.commit_index and len(self.configs) > 1:
+            before = self.configs[-2].membership.voters
+            if self.id in before:
+                return before
+        return None
 
     def _in_lease(self) -> bool:
         """We heard from a live leader within the minimum election timeout (a leader counts
@@ -424,7 +447,7 @@ class RaftCore:
             self.lead = None
             self._reset_timers()
             term = self.term
-        if len(voters) == 1:
+        if voters == {self.id}:
             self._election_won(pre_vote)
             return
         last = self._last_id()
@@ -536,9 +559,10 @@ class RaftCore:
         # election timeout, staggered by rank so that two followers rarely split the vote. Our
         # peers grant the pre-vote only if they, too, have lost the leader.
         self.leader = None
-        if not self._promotable():
+        electorate = self._electorate()
+        if electorate is None or self.removed_at:
             return
-        rank = sorted(self.membership.voters - {peer}).index(self.id)
+        rank = sorted(electorate - {peer}).index(self.id)
         delay = rank * self.cfg.leader_lost_stagger_ticks
         self.election_elapsed = max(self.election_elapsed, self.randomized_timeout - delay)
         if self.election_elapsed >= self.randomized_timeout:

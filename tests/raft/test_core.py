@@ -403,6 +403,37 @@ class TestMembership:
         s.stabilize()
         assert s.core("n3").role is Role.LEADER
 
+    def test_a_node_outside_its_uncommitted_configuration_campaigns_when_it_is_needed(
+        self,
+    ) -> None:
+        """n0 leads {n0, n1, n2, n3} and proposes its own removal, which only n0 holds when it
+        restarts; n3 is down. n1 and n2 need n0's vote (3 of 4), which n0 refuses: its log is
+        longer. So n0 must campaign itself, among the voters of its newest configuration
+        (n1 and n2 of {n1, n2, n3}); then it commits its removal and hands over. Found by the
+        simulator's seed 7460 with 5 nodes, where no leader was ever elected."""
+        s = self.four_voters()
+        s.crash("n3")
+        s.drop()
+        assert isinstance(self.change(s, ChangeKind.REMOVE, "n0"), Proposed)
+        s.tick("n0")  # n0 flushes it
+        s.drop()  # nobody else hears of it
+        s.crash("n0")
+        s.restart("n0")
+        n0 = s.core("n0")
+        assert "n0" not in n0.membership.voters
+        assert n0.configs[-1].index > n0.commit_index  # its removal is not committed
+        terms_before = s.core("n1").term
+        for _ in range(SCRIPT_CONFIG.election_ticks_max * 6):
+            for node in ("n0", "n1", "n2"):
+                s.tick(node)
+            s.stabilize()
+        assert max(s.core(n).term for n in ("n0", "n1", "n2")) > terms_before
+        leader = leader_of(s)
+        assert leader in {"n1", "n2"}  # n0 led only to commit its removal, then handed over
+        assert "n0" not in s.core(leader).membership.members
+        assert s.core(leader).commit_index >= s.core(leader).configs[-1].index
+        assert s.core("n0").role is Role.FOLLOWER and not s.core("n0")._promotable()
+
     def test_restart_recovers_membership_from_hard_state(self) -> None:
         s = Script(3, spares=1)
         s.elect("n0")

@@ -202,6 +202,15 @@ def test_a_leader_elected_late_in_an_older_term_owes_nothing_to_later_commits() 
     assert r.ok, r.violation
 
 
+def test_a_node_outside_its_newest_configuration_is_elected_when_only_it_can_win() -> None:
+    """Soak seed 7460 (5 nodes) before the fix: n0 and n3 each held an uncommitted
+    configuration removing themselves, in the newest logs of the group, so neither campaigned
+    and n1 and n4 could not win without one of their votes: no leader after healing. The core
+    test with the same shape is test_a_node_outside_its_uncommitted_configuration_campaigns_..."""
+    r = simulate(7460, nodes=5)
+    assert r.ok, r.violation
+
+
 def test_committed_before_names_what_a_leader_of_a_term_must_hold() -> None:
     members = Membership(frozenset({"a", "b", "c"}))
     checker = Checker(members)
