@@ -396,10 +396,11 @@ class RaftCore:
         self._reset_timers()
 
     def _promotable(self) -> bool:
-        return not self.removed_at and self._electorate() is not None
+        return self._electorate() is not None
 
     def _electorate(self) -> frozenset[NodeId] | None:
-        """The voters among whom we may campaign, or None when we may not.
+        """The voters among whom we may campaign, or None when we may not (also while a voter
+        has told us we were removed).
 
         Our newest configuration's voters when it counts us. When it leaves us out but is not
         committed, the configuration before it if that one counts us: the change may yet be
@@ -411,6 +412,8 @@ class RaftCore:
         newest configuration, as Raft's single-server changes require, so a node outside it
         needs a majority of the others; once elected it commits its removal and hands over,
         as a leader that removed itself does."""
+        if self.removed_at:
+            return None
         voters = self.membership.voters
         if self.id in voters:
             return voters
@@ -560,7 +563,7 @@ class RaftCore:
         # peers grant the pre-vote only if they, too, have lost the leader.
         self.leader = None
         electorate = self._electorate()
-        if electorate is None or self.removed_at:
+        if electorate is None:
             return
         rank = sorted(electorate - {peer}).index(self.id)
         delay = rank * self.cfg.leader_lost_stagger_ticks
