@@ -25,6 +25,7 @@ import trio
 
 from dledger import limits
 from dledger.config import Address
+from dledger.outbox import Outbox
 from dledger.wire import Code, FrameError, FrameReader, Status, encode_frame
 
 log = logging.getLogger("dledger.client")
@@ -152,8 +153,7 @@ class Connection:
         self.closed = False
         self._ids = itertools.count(1)
         self._calls: dict[int, _Call] = {}
-        self._out: list[bytes] = []
-        self._wake = trio.Event()
+        self._outbox = Outbox(stream)
 
     async def run(self) -> None:
         try:
@@ -196,12 +196,7 @@ class Connection:
 
     async def _write(self, scope: trio.CancelScope) -> None:
         try:
-            while True:
-                while not self._out:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-                out, self._out = self._out, []
-                await self.stream.send_all(out[0] if len(out) == 1 else b"".join(out))
+            await self._outbox.run()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
             log.debug("writing to %s failed: %s", self.node, err)
             scope.cancel()
@@ -210,6 +205,7 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        self._outbox.close()
         for call in self._calls.values():
             call.error = why
             call.done.set()
@@ -223,8 +219,7 @@ class Connection:
         request_id = next(self._ids)
         call = _Call()
         self._calls[request_id] = call
-        self._out.append(encode_frame({"c": int(code), "id": request_id, **fields}))
-        self._wake.set()
+        self._outbox.put(encode_frame({"c": int(code), "id": request_id, **fields}))
         await call.done.wait()
         if call.reply is None:
             raise ConnectionLost(f"{self.node}: {call.error}")

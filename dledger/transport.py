@@ -3,7 +3,9 @@
 Each link has a bounded queue. `offer` never blocks: when the queue is full the oldest message
 is dropped (Raft resends what matters, and a stale AppendEntries is worth less than a fresh
 one). The sender drains everything queued into one `send_all`, because on this machine trio
-sends ~40k frames/s one by one but ~700k/s in batches of 64 (shared/bench/results).
+sends ~40k frames/s one by one but ~700k/s in batches of 64 (shared/bench/results). While the
+sender is parked with nothing queued, `offer` writes the frame to the socket itself and leaves
+only what the socket did not take to the sender (outbox.py says why).
 
 A link also watches its socket for EOF: when a peer process dies its kernel closes our
 connection, and the node hears of it at once (PeerDisconnected) rather than after an election
@@ -25,6 +27,7 @@ import trio
 from dledger import limits
 from dledger.codec import encode_message
 from dledger.config import Address
+from dledger.outbox import write_nowait
 from dledger.raft.messages import AppendEntries, Envelope, Message
 from dledger.wire import Code, encode_frame
 
@@ -42,7 +45,7 @@ class LinkStats:
     connected: bool = False
     connects: int = 0
     frames_sent: int = 0
-    sends: int = 0  # send_all calls: frames_sent / sends is how well frames coalesce
+    sends: int = 0  # writes (send_all calls, direct writes): frames_sent / sends shows coalescing
     bytes_sent: int = 0
     dropped: int = 0  # messages pushed out of a full queue
 
@@ -83,16 +86,35 @@ class PeerLinks:
         self._wake = {p: trio.Event() for p in self._peers}
         self.stats = {p: LinkStats() for p in self._peers}
         self._frames: dict[tuple[object, ...], bytes] = {}  # recent AppendEntries frames
+        # Links whose sender is parked with nothing queued; the unsent end of a frame `offer`
+        # wrote, which the sender sends before anything queued after it.
+        self._parked: dict[str, trio.SocketStream] = {}
+        self._rest: dict[str, bytes] = {}
 
     def offer(self, envelope: Envelope) -> None:
         queue = self._queues.get(envelope.to)
         if queue is None:
             log.debug("no link to %s; dropping %s", envelope.to, type(envelope.message).__name__)
             return
+        stream = self._parked.get(envelope.to)
+        if stream is not None:
+            self._write_now(envelope.to, stream, self._encode(envelope.message))
+            return
         if len(queue) == queue.maxlen:
             self.stats[envelope.to].dropped += 1
         queue.append(envelope)
         self._wake[envelope.to].set()
+
+    def _write_now(self, peer: str, stream: trio.SocketStream, frame: bytes) -> None:
+        sent = write_nowait(stream, frame)
+        stats = self.stats[peer]
+        stats.frames_sent += 1
+        stats.sends += 1
+        stats.bytes_sent += len(frame)
+        if sent < len(frame):
+            self._rest[peer] = frame[sent:]
+            del self._parked[peer]  # what follows queues behind the rest of this frame
+            self._wake[peer].set()
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -167,20 +189,28 @@ class PeerLinks:
         queue, stats = self._queues[peer], self.stats[peer]
         try:
             while True:
-                while not queue:
-                    await self._wake[peer].wait()
+                while not queue and peer not in self._rest:
+                    self._parked[peer] = stream
+                    try:
+                        await self._wake[peer].wait()
+                    finally:
+                        self._parked.pop(peer, None)
                     self._wake[peer] = trio.Event()
-                frames: list[bytes] = []
-                size = 0
+                rest = self._rest.pop(peer, None)  # counted in the stats when it was offered
+                frames = [] if rest is None else [rest]
+                encoded = size = 0
                 while queue and size < SEND_COALESCE_BYTES_MAX:
                     frame = self._encode(queue.popleft().message)
                     frames.append(frame)
+                    encoded += 1
                     size += len(frame)
                 await stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
-                stats.frames_sent += len(frames)
+                stats.frames_sent += encoded
                 stats.sends += 1
                 stats.bytes_sent += size
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
             log.info("sending to peer %s failed: %s", peer, err or type(err).__name__)
         finally:
+            # The rest of a frame belongs to this connection: on a new one it would be garbage.
+            self._rest.pop(peer, None)
             scope.cancel()
