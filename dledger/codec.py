@@ -100,6 +100,7 @@ def encode_message(m: Message) -> dict[str, Any]:
             "granted": m.granted,
             "pre": m.pre_vote,
             "removed": m.removed_at,
+            "removed_term": m.removed_term,
         }
     if t is TimeoutNow:
         assert isinstance(m, TimeoutNow)
@@ -187,6 +188,7 @@ _DECODERS: dict[Code, Callable[[dict[str, Any], str], Message]] = {
         field(b, "granted", bool),
         field(b, "pre", bool),
         _read_non_negative(b, "removed") if "removed" in b else 0,
+        _read_non_negative(b, "removed_term") if "removed_term" in b else 0,
     ),
     Code.TIMEOUT_NOW: lambda b, s: TimeoutNow(_read_term(b), s),
     Code.INSTALL_LOG_START: _decode_install,

@@ -696,9 +696,11 @@ class RaftCore:
 
     def _receive(self, m: Message) -> None:
         if isinstance(m, RequestVote):
-            removed_at = self._removed_at(m.candidate, m.last_log)
-            if removed_at:  # whatever its term: a node outside the group cannot disrupt it
-                reply = RequestVoteReply(self.term, self.id, False, m.pre_vote, removed_at)
+            removed = self._removed_at(m.candidate, m.last_log)
+            if removed is not None:  # whatever its term: a node outside the group cannot disrupt
+                reply = RequestVoteReply(
+                    self.term, self.id, False, m.pre_vote, removed.index, removed.term
+                )
                 self._send(m.candidate, reply)
                 return
         elif isinstance(m, RequestVoteReply) and m.removed_at:
@@ -731,27 +733,38 @@ class RaftCore:
         elif isinstance(m, RequestVote) and m.pre_vote:
             self._send(m.sender, RequestVoteReply(self.term, self.id, False, True))
 
-    def _removed_at(self, node: NodeId, last: EntryId) -> int:
-        """The index of our newest configuration if it is committed, leaves `node` out, and
-        `node`'s log (ending at `last`) does not reach it; else 0.
+    def _removed_at(self, node: NodeId, last: EntryId) -> ConfigEntry | None:
+        """Our newest configuration if it is committed, leaves `node` out, and `node`'s log
+        (ending at `last`) does not hold the entry that carries it; else None.
 
         A voter removed while it was down never learns of its removal from its own log, and
         without this would campaign for good with pre-votes nobody grants. Such a node is no
         voter in any configuration that can still win an election: a leader that added it back
-        would have replicated past that index to it first (a learner catches up before it is
-        promoted), and committed entries are never cut. A node whose log does reach past the
-        index may have been added back while we lagged behind; it gets an ordinary answer, since
-        refusing it could leave a group that needs our vote without a leader."""
+        would have replicated that entry to it first (a learner catches up before it is
+        promoted), and committed entries are never cut. A log lacks the entry when it ends
+        before its index, or ends in an older term than the entry's: terms never fall along a
+        log, so its entry at that index is another one. This also covers a node whose log runs
+        past the index with entries of an older leader that never committed. A log that ends
+        at or past the index in the entry's term or later may hold it, and the node may have
+        been added back while we lagged behind; it gets an ordinary answer, since refusing it
+        could leave a group that needs our vote without a leader."""
         newest = self.configs[-1]
         committed = 0 < newest.index <= self.commit_index
-        out = committed and node not in newest.membership.members and last.index < newest.index
-        return newest.index if out else 0
+        if not committed or node in newest.membership.members:
+            return None
+        lacks_it = last.index < newest.index or last.term < newest.term
+        return newest if lacks_it else None
 
     def _on_removed(self, m: RequestVoteReply) -> None:
-        """A voter says its configuration committed at m.removed_at leaves us out. Believed
-        only when our own newest configuration is older than that one: a voter lagging behind
-        us may not know that we were added back."""
-        if self.removed_at or self.role is Role.LEADER or m.removed_at <= self.configs[-1].index:
+        """A voter says its configuration committed at m.removed_at (by an entry of
+        m.removed_term) leaves us out. Believed only when that entry is newer than our own
+        newest configuration's: a voter lagging behind us may not know that we were added
+        back. Newer by term first: a configuration of ours past that index but of an older term
+        came from a leader that never committed it (committed entries are in every later
+        leader's log, and terms never fall along a log)."""
+        newest = self.configs[-1]
+        told = (m.removed_term, m.removed_at)
+        if self.removed_at or self.role is Role.LEADER or told <= (newest.term, newest.index):
             return
         self.removed_at = m.removed_at
         self._become_follower(self.term, None)

@@ -33,8 +33,10 @@ class RequestVoteReply:
     granted: bool
     pre_vote: bool
     # A refusal because the candidate is outside the voter's newest configuration, which is
-    # committed at this index (0: not that refusal). See RaftCore._removed_at.
+    # committed at this index (0: not that refusal) by an entry of this term. See
+    # RaftCore._removed_at.
     removed_at: int = 0
+    removed_term: int = 0
 
     @property
     def sender(self) -> NodeId:

@@ -66,7 +66,12 @@ def messages(draw: st.DrawFn) -> object:
         return RequestVote(t, s, draw(entry_ids), draw(st.booleans()), draw(st.booleans()))
     if kind == 5:
         return RequestVoteReply(
-            t, s, draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 2**40))
+            t,
+            s,
+            draw(st.booleans()),
+            draw(st.booleans()),
+            draw(st.integers(0, 2**40)),
+            draw(st.integers(0, 2**40)),
         )
     if kind == 6:
         return TimeoutNow(t, s)
@@ -181,11 +186,13 @@ class TestBadFrames:
             decode_message(body, sender="n0")
 
     def test_removed_at_is_optional_but_never_negative(self) -> None:
-        """A reply from a replica that predates the field decodes as an ordinary refusal."""
-        reply = RequestVoteReply(3, "n1", False, True, removed_at=7)
+        """A reply from a replica that predates the fields decodes as an ordinary refusal."""
+        reply = RequestVoteReply(3, "n1", False, True, removed_at=7, removed_term=2)
         body = encode_message(reply)
-        del body["removed"]
-        assert decode_message(dict(body), sender="n1") == attrs.evolve(reply, removed_at=0)
-        body["removed"] = -1
-        with pytest.raises(MalformedFrame, match="field 'removed' must be >= 0"):
-            decode_message(body, sender="n1")
+        del body["removed"], body["removed_term"]
+        plain = attrs.evolve(reply, removed_at=0, removed_term=0)
+        assert decode_message(dict(body), sender="n1") == plain
+        for key in ("removed", "removed_term"):
+            bad = {**encode_message(reply), key: -1}
+            with pytest.raises(MalformedFrame, match=f"field '{key}' must be >= 0"):
+                decode_message(bad, sender="n1")

@@ -358,7 +358,73 @@ class TestMembership:
         assert s.core("n1").term == term
         assert s.core("n1").vote != "n3"
         [reply] = [p.message for p in s.pending(src="n1", dst="n3")]
-        assert reply == RequestVoteReply(term, "n1", False, False, removed_at=removal)
+        removal_term = s.core("n1").configs[-1].term
+        assert reply == RequestVoteReply(term, "n1", False, False, removal, removal_term)
+
+    def test_a_voter_removed_while_down_with_a_longer_stale_log_stops_campaigning(self) -> None:
+        """n3 took entries from a leader of an older term that nobody else kept, so its log
+        runs past the index where its removal was committed. It still lacks the removal (its
+        last term is older than the removal's), so the voters tell it so and it goes quiet
+        instead of campaigning for good with pre-votes nobody grants."""
+        s = Script(3, spares=2)
+        s.elect("n0")
+        for node in ("n3", "n4"):
+            assert isinstance(self.change(s, ChangeKind.ADD_VOTER, node), Proposed)
+            s.heartbeats("n0", 6)
+        assert s.core("n0").membership.voters == {"n0", "n1", "n2", "n3", "n4"}
+        s.propose("n0", *[b"stale"] * 8)  # reaches n3 only
+        s.deliver(src="n0", dst="n3", kind=AppendEntries)
+        s.drop()
+        s.crash("n0")
+        s.crash("n3")
+        s.elect("n1")  # n1, n2 and n4: 3 of 5, none holds the 8 entries
+        assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
+        s.heartbeats("n1", 3)
+        removal = s.core("n1").configs[-1]
+        assert all(s.core(n).commit_index >= removal.index for n in ("n1", "n2", "n4"))
+        s.restart("n3")
+        n3_log = s.node("n3").log
+        assert n3_log.last_index > removal.index  # past the removal...
+        assert n3_log.term_at(n3_log.last_index) < removal.term  # ...in an older term
+        term = s.core("n1").term
+        s.campaign("n3")
+        assert s.pending(src="n3", kind=RequestVote)
+        s.stabilize()
+        n3 = s.core("n3")
+        assert n3.removed_at == removal.index
+        s.tick("n3", SCRIPT_CONFIG.election_ticks_max * 3)
+        assert not s.pending(src="n3")
+        assert s.core("n1").role is Role.LEADER
+        assert {s.core(n).term for n in ("n1", "n2", "n4")} == {term}
+
+    def test_a_stale_configuration_past_the_removal_does_not_keep_a_removed_node_in(self) -> None:
+        """The stale entries n3 kept include a configuration (a learner being added), so n3's
+        newest configuration has a higher index than its removal. It is of an older term than
+        the removal, so it never committed: n3 believes the voters all the same."""
+        s = Script(3, spares=3)
+        s.elect("n0")
+        for node in ("n3", "n4"):
+            assert isinstance(self.change(s, ChangeKind.ADD_VOTER, node), Proposed)
+            s.heartbeats("n0", 6)
+        s.propose("n0", *[b"stale"] * 8)
+        assert isinstance(self.change(s, ChangeKind.ADD_LEARNER, "n5"), Proposed)
+        s.deliver(src="n0", dst="n3", kind=AppendEntries)
+        s.drop()
+        s.crash("n0")
+        s.crash("n3")
+        s.elect("n1")
+        assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
+        s.heartbeats("n1", 3)
+        removal = s.core("n1").configs[-1]
+        s.restart("n3")
+        n3 = s.core("n3")
+        assert n3.configs[-1].index > removal.index  # the stale learner change
+        assert n3.configs[-1].term < removal.term
+        s.campaign("n3")
+        s.stabilize()
+        assert n3.removed_at == removal.index
+        s.tick("n3", SCRIPT_CONFIG.election_ticks_max * 3)
+        assert not s.pending(src="n3")
 
     def test_a_removed_voter_added_back_campaigns_again(self) -> None:
         s, _ = self.remove_n3_while_it_is_down()
