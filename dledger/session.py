@@ -25,7 +25,6 @@ RESERVED = frozenset({"c", "id", "status", "msg"})  # every reply's own keys
 
 class ClientSession:
     def __init__(self, stream: trio.SocketStream, peer_name: str) -> None:
-        self.stream = stream
         self.peer_name = peer_name
         self.unanswered = 0
         self._outbox = Outbox(stream)

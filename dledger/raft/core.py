@@ -696,7 +696,7 @@ class RaftCore:
 
     def _receive(self, m: Message) -> None:
         if isinstance(m, RequestVote):
-            removed = self._removed_at(m.candidate, m.last_log)
+            removed = self._removal_of(m.candidate, m.last_log)
             if removed is not None:  # whatever its term: a node outside the group cannot disrupt
                 reply = RequestVoteReply(
                     self.term, self.id, False, m.pre_vote, removed.index, removed.term
@@ -733,7 +733,7 @@ class RaftCore:
         elif isinstance(m, RequestVote) and m.pre_vote:
             self._send(m.sender, RequestVoteReply(self.term, self.id, False, True))
 
-    def _removed_at(self, node: NodeId, last: EntryId) -> ConfigEntry | None:
+    def _removal_of(self, node: NodeId, last: EntryId) -> ConfigEntry | None:
         """Our newest configuration if it is committed, leaves `node` out, and `node`'s log
         (ending at `last`) does not hold the entry that carries it; else None.
 

@@ -34,7 +34,7 @@ class RequestVoteReply:
     pre_vote: bool
     # A refusal because the candidate is outside the voter's newest configuration, which is
     # committed at this index (0: not that refusal) by an entry of this term. See
-    # RaftCore._removed_at.
+    # RaftCore._removal_of.
     removed_at: int = 0
     removed_term: int = 0
 

@@ -5,7 +5,9 @@ order, and nothing of a half-written frame reaches a later connection."""
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
+import pytest
 import trio
 import trio.testing
 
@@ -138,8 +140,17 @@ class FakePeer:
         return got
 
 
-def links(peer: FakePeer) -> PeerLinks:
-    return PeerLinks(
+@pytest.fixture
+def peer() -> Iterator[FakePeer]:
+    fake = FakePeer()
+    yield fake
+    fake.listener.close()
+
+
+@pytest.fixture
+def out(peer: FakePeer, nursery: trio.Nursery) -> PeerLinks:
+    """n0's links to n1, running until the test ends (pytest-trio cancels its nursery)."""
+    links = PeerLinks(
         group="g",
         self_id="n0",
         peers={"n0": Address("127.0.0.1", 1), "n1": peer.address},
@@ -147,6 +158,8 @@ def links(peer: FakePeer) -> PeerLinks:
         on_disconnect=lambda _: None,
         unacked_timeout_ms=5000,
     )
+    nursery.start_soon(links.run)
+    return links
 
 
 async def connected(peer: FakePeer, out: PeerLinks) -> socket.socket:
@@ -159,39 +172,31 @@ async def connected(peer: FakePeer, out: PeerLinks) -> socket.socket:
     return conn
 
 
-async def test_peer_messages_offered_while_the_link_is_idle_arrive_whole_and_in_order() -> None:
-    peer = FakePeer()
-    out = links(peer)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(out.run)
-        conn = await connected(peer, out)
-        # The first AppendEntries fills the small socket buffers; the rest queue behind it.
-        offered = [append_entries(i, 256 * 1024) for i in range(1, 4)] + [heartbeat(2)]
-        for envelope in offered:
-            out.offer(envelope)
-        got = await peer.frames(conn, 1 + len(offered))  # HELLO first
-        assert got[0]["c"] == Code.HELLO and got[0]["to"] == "n1"
-        assert [decode_message(f, sender="n0") for f in got[1:]] == [e.message for e in offered]
-        stats = out.stats["n1"]
-        assert stats.frames_sent == len(offered)
-        nursery.cancel_scope.cancel()
+async def test_peer_messages_offered_while_the_link_is_idle_arrive_whole_and_in_order(
+    peer: FakePeer, out: PeerLinks
+) -> None:
+    conn = await connected(peer, out)
+    # The first AppendEntries fills the small socket buffers; the rest queue behind it.
+    offered = [append_entries(i, 256 * 1024) for i in range(1, 4)] + [heartbeat(2)]
+    for envelope in offered:
+        out.offer(envelope)
+    got = await peer.frames(conn, 1 + len(offered))  # HELLO first
+    assert got[0]["c"] == Code.HELLO and got[0]["to"] == "n1"
+    assert [decode_message(f, sender="n0") for f in got[1:]] == [e.message for e in offered]
+    stats = out.stats["n1"]
+    assert stats.frames_sent == len(offered)
     conn.close()
-    peer.listener.close()
 
 
-async def test_the_unsent_rest_of_a_frame_never_reaches_the_next_connection() -> None:
-    peer = FakePeer()
-    out = links(peer)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(out.run)
-        first = await connected(peer, out)
-        out.offer(append_entries(1, 1 << 20))  # far more than the socket takes at once
-        first.close()  # n1 goes away with most of the frame unsent
-        second = await connected(peer, out)
-        out.offer(heartbeat(3))
-        got = await peer.frames(second, 2)
-        assert got[0]["c"] == Code.HELLO  # not the end of the old frame
-        assert decode_message(got[1], sender="n0") == heartbeat(3).message
-        nursery.cancel_scope.cancel()
+async def test_the_unsent_rest_of_a_frame_never_reaches_the_next_connection(
+    peer: FakePeer, out: PeerLinks
+) -> None:
+    first = await connected(peer, out)
+    out.offer(append_entries(1, 1 << 20))  # far more than the socket takes at once
+    first.close()  # n1 goes away with most of the frame unsent
+    second = await connected(peer, out)
+    out.offer(heartbeat(3))
+    got = await peer.frames(second, 2)
+    assert got[0]["c"] == Code.HELLO  # not the end of the old frame
+    assert decode_message(got[1], sender="n0") == heartbeat(3).message
     second.close()
-    peer.listener.close()
