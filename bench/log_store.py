@@ -7,7 +7,8 @@ Measures, for 1 KiB entries:
 
   raw        os.write of the bytes the store writes for a batch (headers and bodies, one call
              per batch) to a new file, then one fdatasync; per batch size
-  async      LogStore.append under ASYNC_FLUSH, batches of 1, 64 and 1024 entries; a flush
+  async      LogStore.append under ASYNC_FLUSH with the default settings (a flush every
+             500 ms or every 4 MiB dirty), batches of 1, 64 and 1024 entries; a flush
              ticket runs in a worker thread whenever flush_due says so, as the Flusher does;
              timed to the end of a final flush, so every byte is on disk when the clock stops
   sync       LogStore.append then flush() for every batch (SYNC_FLUSH, one caller)

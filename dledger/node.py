@@ -580,6 +580,8 @@ class Node:
             "applied_digest": self.applied_digest.hex(),
             "durable_index": self.store.durable_index,
             "flush": self.config.flush.value,
+            "flushes": self.store.flushes,
+            "fsyncs": self.store.fsyncs,
             "voters": sorted(core.membership.voters),
             "learners": sorted(core.membership.learners),
             "transfer_target": core.transfer_target,

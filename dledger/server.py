@@ -70,13 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--flush-interval-ms",
         type=int,
         default=limits.FLUSH_INTERVAL_MS_DEFAULT,
-        help="ASYNC_FLUSH: fsync at least this often (flushIntervalCommitLog)",
+        help="ASYNC_FLUSH: fsync whatever is dirty at least this often (flushIntervalCommitLog)",
     )
     p.add_argument(
         "--flush-least-pages",
         type=int,
         default=limits.FLUSH_LEAST_PAGES_DEFAULT,
         help="ASYNC_FLUSH: fsync sooner once this many pages are dirty (flushCommitLogLeastPages)",
+    )
+    p.add_argument(
+        "--flush-timed",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ASYNC_FLUSH: RocketMQ's timed flush (flushCommitLogTimed): at most one fsync per "
+        "interval, and only once --flush-least-pages are dirty (or after 10 s)",
     )
     p.add_argument("--file-reserved-hours", type=float, default=72.0, help="fileReservedTime")
     p.add_argument(
@@ -110,6 +117,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             flush=FlushPolicy(args.flush),
             flush_interval_ms=args.flush_interval_ms,
             flush_least_pages=args.flush_least_pages,
+            flush_timed=args.flush_timed,
             repair=args.repair,
         )
     except ValueError as err:

@@ -14,7 +14,7 @@ class FlushPolicy(enum.Enum):
     """RocketMQ's flushDiskType."""
 
     SYNC_FLUSH = "SYNC_FLUSH"  # an entry counts as durable only after an fsync covering it
-    ASYNC_FLUSH = "ASYNC_FLUSH"  # fsync every flush_interval_ms or flush_least_pages
+    ASYNC_FLUSH = "ASYNC_FLUSH"  # fsync in the background: every flush_interval_ms or least pages
 
 
 def _at_least(minimum: int) -> Any:
@@ -40,5 +40,8 @@ class StoreConfig:
     flush_least_pages: int = attrs.field(
         default=limits.FLUSH_LEAST_PAGES_DEFAULT, validator=_at_least(0)
     )
+    # ASYNC_FLUSH, RocketMQ's flushCommitLogTimed: flush at most once per flush_interval_ms,
+    # and then only once flush_least_pages are dirty (or after the thorough interval)
+    flush_timed: bool = False
     preallocate: bool = True  # reserve a segment's blocks when it is created
     repair: bool = False  # at open, cut at a corrupt entry even when valid entries follow it

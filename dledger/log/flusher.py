@@ -4,8 +4,10 @@ Appenders write synchronously (LogStore.append), call `notify()`, and `await
 wait_durable(index)`. The flush task captures whatever is dirty at that moment, fsyncs it in
 a worker thread while appends go on, then releases every waiter the fsync covered: with many
 concurrent appenders, one fsync serves all the entries written while the previous one ran.
-Under ASYNC_FLUSH the same task flushes every flush_interval_ms, or sooner when
-flush_least_pages are dirty; waiters then wait for that periodic flush.
+Under ASYNC_FLUSH the same task flushes in the background: an append that leaves
+flush_least_pages dirty wakes it, and it looks on its own four times per flush_interval_ms
+to flush whatever the interval left dirty (with `flush_timed`, appends do not wake it and it
+flushes at most once per interval). Waiters then wait for that background flush.
 
 The round trip is kept lean because with one-entry appenders it is paid per round, and each
 round serves only the appenders that waited for it: a ticket goes to one of trio's cached
@@ -41,6 +43,7 @@ class Flusher:
         self._on_durable = on_durable
         self._wake = trio.Event()
         self._periodic = store.config.flush is FlushPolicy.ASYNC_FLUSH
+        self._woken_by_appends = not (self._periodic and store.config.flush_timed)
         self._prepare_wake = trio.Event()
         # Waiters by index: (index, arrival, [task]); the task is None once the wait was
         # cancelled. Arrivals are unique, so the heap never compares the task cells.
@@ -48,9 +51,9 @@ class Flusher:
         self._arrivals = itertools.count()
 
     def notify(self) -> None:
-        """Something was appended or truncated: under SYNC_FLUSH the flush task looks at once.
-        Under ASYNC_FLUSH it looks on its own timer, so appends cost it no wake-up."""
-        if not self._periodic:
+        """Something was appended or truncated: under SYNC_FLUSH the flush task looks at once;
+        under ASYNC_FLUSH once flush_least_pages are dirty, or (flush_timed) on its timer."""
+        if self._woken_by_appends and (not self._periodic or self.store.flush_wanted):
             self._wake.set()
 
     async def wait_durable(self, index: int) -> int:

@@ -386,22 +386,34 @@ class LogStore:
         return self.durable_index
 
     def flush_due(self, now_ms: int) -> bool:
-        """SYNC_FLUSH: anything dirty. ASYNC_FLUSH (RocketMQ's timed flush): once
-        flush_interval_ms has passed since the last flush, if flush_least_pages are dirty, or
-        whatever is dirty once FLUSH_THOROUGH_INTERVAL_MS has passed."""
-        if not self._durability.has_dirty():
+        """Whether a flush should start now.
+
+        SYNC_FLUSH: anything dirty. ASYNC_FLUSH: once flush_least_pages are dirty, or whatever
+        is dirty once flush_interval_ms passed since the last flush ("every N ms or M pages").
+        With `flush_timed` (RocketMQ's flushCommitLogTimed) it is RocketMQ's timed flush
+        instead: at most once per flush_interval_ms, and then only when flush_least_pages are
+        dirty or FLUSH_THOROUGH_INTERVAL_MS passed."""
+        durability = self._durability
+        if not durability.has_dirty():
             return False
-        if self.config.flush is FlushPolicy.SYNC_FLUSH:
+        config = self.config
+        if config.flush is FlushPolicy.SYNC_FLUSH:
             return True
         if self._interval_start_ms is None:
             self._interval_start_ms = now_ms
         waited_ms = now_ms - self._interval_start_ms
-        if waited_ms < self.config.flush_interval_ms:
+        enough = durability.dirty_pages >= config.flush_least_pages
+        if not config.flush_timed:
+            return enough or waited_ms >= config.flush_interval_ms
+        if waited_ms < config.flush_interval_ms:
             return False
-        least = self.config.flush_least_pages
-        return (
-            waited_ms >= limits.FLUSH_THOROUGH_INTERVAL_MS or self._durability.dirty_pages >= least
-        )
+        return enough or waited_ms >= limits.FLUSH_THOROUGH_INTERVAL_MS
+
+    @property
+    def flush_wanted(self) -> bool:
+        """flush_least_pages are dirty: an ASYNC_FLUSH flusher should look now (the cheap test
+        an append makes before waking it)."""
+        return self._durability.dirty_pages >= self.config.flush_least_pages
 
     # --- checkpoint ---------------------------------------------------------------------------
 

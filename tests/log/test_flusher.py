@@ -1,5 +1,5 @@
 """Group commit with trio: concurrent appenders share fsyncs; ASYNC_FLUSH flushes on its
-interval; durable-index callbacks arrive in order."""
+interval or once enough is dirty; durable-index callbacks arrive in order."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import errno
 import os
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -63,6 +64,39 @@ async def test_async_flush_runs_on_its_interval(
             assert waited_ms >= ASYNC_SMALL.flush_interval_ms  # it waited for the interval
             assert store.flushes == 1
             nursery.cancel_scope.cancel()
+
+
+async def async_flush_wait_ms(store: LogStore, entries: int) -> float:
+    """Append `entries` of 1000 bytes under a running Flusher; ms until they are durable."""
+    flusher = Flusher(store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(flusher.run)
+        store.append(batch_of(1, 1, entries, size=1000))
+        flusher.notify()
+        began = trio.current_time()
+        assert await flusher.wait_durable(entries) == entries
+        nursery.cancel_scope.cancel()
+    return (trio.current_time() - began) * 1000
+
+
+async def test_async_flush_starts_once_least_pages_are_dirty(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = attrs.evolve(ASYNC_SMALL, flush_least_pages=4)
+    with open_store(tmp_path, config) as store:
+        waited_ms = await async_flush_wait_ms(store, 20)  # 20 KB: more than 4 pages
+        assert waited_ms < config.flush_interval_ms / 4  # the append woke the flusher
+        assert store.flushes == 1
+
+
+async def test_timed_async_flush_waits_for_the_interval(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    config = attrs.evolve(ASYNC_SMALL, flush_least_pages=4, flush_timed=True)
+    with open_store(tmp_path, config) as store:
+        waited_ms = await async_flush_wait_ms(store, 20)
+        assert waited_ms >= config.flush_interval_ms  # appends do not wake a timed flusher
+        assert store.flushes == 1
 
 
 async def test_waiters_below_durable_return_at_once(tmp_path: Path) -> None:

@@ -145,6 +145,28 @@ class TestDurability:
             flush_least_pages=4,
         )
         with open_store(tmp_path / "async", config) as store:
+            # every flush_interval_ms or flush_least_pages, whichever comes first
+            store.append(batch_of(1, 1, 1, size=100))
+            assert not store.flush_due(1000)  # the interval starts now
+            assert not store.flush_due(1499)  # less than 4 pages dirty
+            assert store.flush_due(1500)  # the interval passed: whatever is dirty
+            store.flush()
+            assert not store.flush_due(1500)  # nothing dirty
+            store.append(batch_of(2, 1, 20, size=1000))  # > 4 pages dirty
+            assert store.flush_wanted
+            assert store.flush_due(1501)  # at once, without waiting for the interval
+            store.flush()
+            assert not store.flush_wanted
+
+    def test_flush_due_timed(self, tmp_path: Path) -> None:
+        config = StoreConfig(
+            segment_bytes=1 << 20,
+            flush=FlushPolicy.ASYNC_FLUSH,
+            flush_interval_ms=500,
+            flush_least_pages=4,
+            flush_timed=True,
+        )
+        with open_store(tmp_path, config) as store:
             # RocketMQ's timed flush: at most once per interval, and then only when at least
             # flush_least_pages are dirty, or whatever is dirty after the thorough interval
             store.append(batch_of(1, 1, 1, size=100))

@@ -15,6 +15,8 @@ import trio
 from dledger import limits
 from dledger.client import open_client
 from dledger.localgroup import LocalGroup, free_port, wait_until
+from dledger.log.config import FlushPolicy
+from dledger.server import build_parser, config_from_args
 from dledger.wire import LENGTH, Code, FrameReader, Status, encode_frame
 from tests.node.conftest import wait_for_leader
 
@@ -195,6 +197,17 @@ class TestCommandLine:
             "--store", str(tmp_path), "--heartbeat-ms", "400",
         )  # fmt: skip
         assert p.returncode == 2 and "must exceed two heartbeats" in p.stderr
+
+    def test_flush_flags_reach_the_store(self, tmp_path: Path) -> None:
+        base = ["--group", "g", "--self-id", "n0", "--peers", "n0-127.0.0.1:1"]
+        base += ["--store", str(tmp_path), "--flush", "ASYNC_FLUSH"]
+        default = config_from_args(build_parser().parse_args(base)).store
+        assert not default.flush_timed
+        assert default.flush_least_pages == limits.FLUSH_LEAST_PAGES_DEFAULT
+        args = build_parser().parse_args([*base, "--flush-timed", "--flush-least-pages", "4"])
+        store = config_from_args(args).store
+        assert store.flush is FlushPolicy.ASYNC_FLUSH
+        assert store.flush_timed and store.flush_least_pages == 4
 
     def test_port_in_use_exits_1(self, tmp_path: Path) -> None:
         with socket.socket() as s:
