@@ -255,6 +255,16 @@ def run_peer(name: str, out: Path) -> dict[str, Any]:
     return figures_of(json.loads(out.read_text()))
 
 
+def run_peer_or_record(name: str, out: Path) -> dict[str, Any]:
+    """run_peer, but a failed run is recorded (its error, no figures) instead of raised: a peer
+    script failing after our loads must not throw our figures away."""
+    try:
+        return run_peer(name, out)
+    except RuntimeError as err:
+        print(f"... peer {name} failed; recorded, the run goes on:\n{err}", flush=True)
+        return {"error": str(err)}
+
+
 def live_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A peer's before and after runs: each figure's mean, and the runs themselves."""
     summary: dict[str, Any] = {"runs": runs}
@@ -311,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-dledger-") as tmp:
         root = Path(tmp)
         for name in live:
-            live_runs[name].append(run_peer(name, root / f"{name}-before.json"))
+            live_runs[name].append(run_peer_or_record(name, root / f"{name}-before.json"))
         print(
             f"{'flush':<12} {'clients':>7} {'entries/s':>10} {'MB/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'elections':>9} {'steal %':>7}"
         )
@@ -324,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{policy:<12} {clients:>7} {r['entries_per_s']:>10,} {r['mb_per_s']:>7} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['elections_during_load']:>9} {r['cpu_steal_pct']!s:>7}"
                 )
         for name in live:
-            live_runs[name].append(run_peer(name, root / f"{name}-after.json"))
+            live_runs[name].append(run_peer_or_record(name, root / f"{name}-after.json"))
         if kills:
             fo = run_group(root, "SYNC_FLUSH", failover, kills, 16)
             results["failover"] = fo

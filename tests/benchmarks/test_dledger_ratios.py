@@ -110,6 +110,19 @@ def test_a_failed_peer_run_raises_with_its_last_words(
         bench.run_peer("fake", fake_peer / "out.json")
 
 
+def test_a_failed_live_run_is_recorded_and_the_other_run_still_counts(
+    fake_peer: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(bench.LIVE_PEERS, "fake", ["fake.py", "ok"])
+    before = bench.run_peer_or_record("fake", fake_peer / "before.json")
+    monkeypatch.setitem(bench.LIVE_PEERS, "fake", ["fake.py", "fail"])
+    after = bench.run_peer_or_record("fake", fake_peer / "after.json")
+    assert "nats-server: not found" in after["error"]
+    summary = bench.live_summary([before, after])
+    assert summary["append_msgs_s"] == 123.0 and summary["failover_ms_p50"] == 4.0
+    assert summary["runs"] == [before, after]
+
+
 def test_a_peer_run_past_its_deadline_is_stopped_with_sigterm(
     fake_peer: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
