@@ -53,9 +53,8 @@ FLUSH_INTERVAL_MS_DEFAULT = 500  # ASYNC_FLUSH: RocketMQ's flushIntervalCommitLo
 # ASYNC_FLUSH: flush once this many pages are dirty (flushCommitLogLeastPages; RocketMQ's 4
 # costs a saturated node here a quarter of its throughput in fsync rounds: docs/decisions.md)
 FLUSH_LEAST_PAGES_DEFAULT = 1024  # 4 MiB
-FLUSH_THOROUGH_INTERVAL_MS = (
-    10_000  # ASYNC_FLUSH with flush_timed: flush whatever is dirty this often
-)
+# ASYNC_FLUSH with flush_timed: flush whatever is dirty this often
+FLUSH_THOROUGH_INTERVAL_MS = 10_000
 
 assert ENTRY_HEADER_BYTES + ENTRY_BODY_BYTES_MAX + FRAME_ENVELOPE_BYTES_MAX <= FRAME_BYTES_MAX
 assert APPEND_BATCH_BYTES_MAX + FRAME_ENVELOPE_BYTES_MAX <= FRAME_BYTES_MAX  # a full batch fits

@@ -402,7 +402,7 @@ class LogStore:
         if self._interval_start_ms is None:
             self._interval_start_ms = now_ms
         waited_ms = now_ms - self._interval_start_ms
-        enough = durability.dirty_pages >= config.flush_least_pages
+        enough = self.flush_wanted
         if not config.flush_timed:
             return enough or waited_ms >= config.flush_interval_ms
         if waited_ms < config.flush_interval_ms:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import attrs
 import pytest
 
 from dledger import limits
@@ -15,6 +16,10 @@ from dledger.log.segment import entry_position
 from dledger.log.store import FlushPolicy, StoreConfig
 from dledger.raft.entries import EntryBatch, EntryId, EntryKind, LogStart
 from tests.log.helpers import SMALL, TINY, batch_of, body, open_store, segment_files
+
+ASYNC_500_MS_4_PAGES = StoreConfig(
+    segment_bytes=1 << 20, flush=FlushPolicy.ASYNC_FLUSH, flush_interval_ms=500, flush_least_pages=4
+)
 
 
 class TestPositions:
@@ -138,13 +143,7 @@ class TestDurability:
             assert not store.flush_due(0)
             store.append(batch_of(1, 1, 1))
             assert store.flush_due(0)  # SYNC_FLUSH: anything dirty
-        config = StoreConfig(
-            segment_bytes=1 << 20,
-            flush=FlushPolicy.ASYNC_FLUSH,
-            flush_interval_ms=500,
-            flush_least_pages=4,
-        )
-        with open_store(tmp_path / "async", config) as store:
+        with open_store(tmp_path / "async", ASYNC_500_MS_4_PAGES) as store:
             # every flush_interval_ms or flush_least_pages, whichever comes first
             store.append(batch_of(1, 1, 1, size=100))
             assert not store.flush_due(1000)  # the interval starts now
@@ -159,14 +158,7 @@ class TestDurability:
             assert not store.flush_wanted
 
     def test_flush_due_timed(self, tmp_path: Path) -> None:
-        config = StoreConfig(
-            segment_bytes=1 << 20,
-            flush=FlushPolicy.ASYNC_FLUSH,
-            flush_interval_ms=500,
-            flush_least_pages=4,
-            flush_timed=True,
-        )
-        with open_store(tmp_path, config) as store:
+        with open_store(tmp_path, attrs.evolve(ASYNC_500_MS_4_PAGES, flush_timed=True)) as store:
             # RocketMQ's timed flush: at most once per interval, and then only when at least
             # flush_least_pages are dirty, or whatever is dirty after the thorough interval
             store.append(batch_of(1, 1, 1, size=100))

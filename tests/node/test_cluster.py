@@ -200,6 +200,6 @@ async def test_leadership_transfer_and_status(group: LocalGroup) -> None:
         assert key in status
     for peer in status["peers"].values():
         assert {"match_index", "lag", "connected"} <= set(peer)
-    # SYNC_FLUSH (the default): the appended entry was fsynced on the target before its ack
+    # SYNC_FLUSH (the default): the target fsynced what it appended, counting each round
     assert status["flush"] == "SYNC_FLUSH"
     assert status["flushes"] >= 1 and status["fsyncs"] >= status["flushes"]
