@@ -130,7 +130,11 @@ class Flusher:
     async def _prepare_segments(self) -> None:
         while True:
             if self.store.segment_prepare_due:
-                await trio.to_thread.run_sync(self.store.prepare_next_segment)
+                # Abandoned on cancel: the owner's close() ends the page loading early
+                # (LogWriter.prepare_next_segment), so a shutdown need not wait for it.
+                await trio.to_thread.run_sync(
+                    self.store.prepare_next_segment, abandon_on_cancel=True
+                )
             else:
                 await self._prepare_wake.wait()
                 self._prepare_wake = trio.Event()

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from dledger import limits
@@ -146,13 +147,14 @@ class Segment:
         return f"Segment({self.label})"
 
 
-def populate(fd: int, size: int) -> None:
+def populate(fd: int, size: int, *, stop: Callable[[], bool] = lambda: False) -> None:
     """Bring a new file's pages into the page cache (blocking, GIL released: for a worker
     thread). Writing through a mapping then costs a minor fault per page instead of an
-    allocation; on a VM, the first touch of guest memory can cost a host fault as well."""
+    allocation; on a VM, the first touch of guest memory can cost a host fault as well.
+    `stop()` is asked before each chunk: true ends the loading early (the file is gone)."""
     buffer = bytearray(ZERO_CHUNK_BYTES)
     position = 0
-    while position < size:
+    while position < size and not stop():
         read = os.preadv(fd, [buffer], position)
         if read <= 0:
             break

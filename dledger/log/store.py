@@ -349,7 +349,9 @@ class LogStore:
 
     def prepare_next_segment(self) -> None:
         """Blocking (run it in a worker thread): create and preallocate the segment the log
-        rolls into next, so that rolling over costs the append path nothing."""
+        rolls into next, then load its pages, so that rolling over costs the append path
+        nothing. An append that rolls over while the pages are still loading takes the
+        segment at once (LogWriter.prepare_next_segment)."""
         self._writer.prepare_next_segment()
 
     # --- flushing -----------------------------------------------------------------------------
