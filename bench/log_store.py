@@ -301,6 +301,7 @@ def group_commit(
     path: Path, plan: Plan, bodies: list[bytes], appenders: int = APPENDERS
 ) -> dict[str, Any]:
     store = open_store(path, plan, FlushPolicy.SYNC_FLUSH)
+    store.prepare_next_segment()  # as for the other runs: the first segment is ready
     try:
         return trio.run(_group, store, plan, bodies, appenders)
     finally:
