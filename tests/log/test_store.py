@@ -251,7 +251,10 @@ class TestPrepare:
             assert store.last_index == 2 and store.get(2).body == body(2, 1, 3000)
             assert segment_files(tmp_path)[1].stat().st_ino == prepared
             assert not stops[0]()  # the loading goes on while the segment is open
-            store.flush()
+            ticket = store.begin_flush()  # the flush covering entry 2 syncs the segment's name
+            assert ticket is not None and segment_files(tmp_path)[1].parent in ticket.directories
+            ticket.run()
+            store.complete_flush(ticket)
             store.close()
             assert stops[0]()  # and stops once it is closed
         finally:
