@@ -395,8 +395,7 @@ class LogStore:
         With `flush_timed` (RocketMQ's flushCommitLogTimed) it is RocketMQ's timed flush
         instead: at most once per flush_interval_ms, and then only when flush_least_pages are
         dirty or FLUSH_THOROUGH_INTERVAL_MS passed."""
-        durability = self._durability
-        if not durability.has_dirty():
+        if not self._durability.has_dirty():
             return False
         config = self.config
         if config.flush is FlushPolicy.SYNC_FLUSH:

@@ -182,19 +182,16 @@ class LogWriter:
         base = self.segments.base_of(position)
         with self._prepare_lock:
             prepared, self._prepared = self._prepared, None
-            if prepared is not None and prepared.base == base and base not in self.segments:
+            new = base not in self.segments
+            if new and prepared is not None and prepared.base == base:
                 self.segments.adopt(prepared)
                 segment = prepared
-                # Its name is made durable by the flush that covers its first entries.
-                self.durability.dirty_directories.add(self.paths.data)
             else:
                 if prepared is not None:
                     _discard(prepared)
-                if base in self.segments:
-                    segment = self.segments.get(base)
-                else:
-                    segment = self.segments.create(base)
-                    self.durability.dirty_directories.add(self.paths.data)
+                segment = self.segments.create(base) if new else self.segments.get(base)
+            if new:  # its name is made durable by the flush that covers its first entries
+                self.durability.dirty_directories.add(self.paths.data)
         self._segment = segment
         self.segments.open_files.pinned = segment
         return segment
