@@ -30,12 +30,6 @@ from dledger.wire import Code, FrameError, FrameReader, Status, encode_frame
 
 log = logging.getLogger("dledger.client")
 
-RETRY_SLEEP_S_MIN = 0.002  # after a refusal with no leader known: elections take milliseconds
-RETRY_SLEEP_S_MAX = 0.02  # a client waiting out an election asks again at least this often
-CONNECT_TIMEOUT_S = 1.0
-DEFAULT_TIMEOUT_S = 5.0
-RECEIVE_BYTES = 256 * limits.KiB
-APPEND_BATCH_BYTES_MAX = 4 * limits.MiB  # concurrent appends share one request up to here
 
 # Statuses after which nothing was stored: safe to retry, elsewhere or later.
 RETRYABLE = {
@@ -168,7 +162,7 @@ class Connection:
         reader = FrameReader()
         try:
             while True:
-                data = await self.stream.receive_some(RECEIVE_BYTES)
+                data = await self.stream.receive_some(limits.RECEIVE_BYTES)
                 if not data:
                     return
                 reader.feed(data)
@@ -289,7 +283,7 @@ class DLedgerClient:
         try:
             address = self.peers[node]
             try:
-                with trio.fail_after(CONNECT_TIMEOUT_S):
+                with trio.fail_after(limits.CLIENT_CONNECT_TIMEOUT_S):
                     stream = await trio.open_tcp_stream(address.host, address.port)
             except (OSError, trio.TooSlowError) as err:
                 raise ConnectionLost(f"cannot connect to {node} at {address}: {err}") from err
@@ -318,7 +312,7 @@ class DLedgerClient:
     # --- requests ------------------------------------------------------------------------------
 
     async def append(
-        self, bodies: bytes | Sequence[bytes], *, timeout: float = DEFAULT_TIMEOUT_S
+        self, bodies: bytes | Sequence[bytes], *, timeout: float = limits.CLIENT_TIMEOUT_S_DEFAULT
     ) -> int:
         """Append one body or several (stored consecutively, all or none); returns the index of
         the last one once it is committed.
@@ -353,7 +347,7 @@ class DLedgerClient:
                 not taken
                 or (
                     count + len(queue[0].bodies) <= limits.PROPOSAL_ENTRIES_MAX
-                    and size < APPEND_BATCH_BYTES_MAX
+                    and size < limits.CLIENT_APPEND_BATCH_BYTES_MAX
                 )
             ):
                 slot = queue.pop(0)
@@ -385,7 +379,9 @@ class DLedgerClient:
             slot.index = index
             slot.finish()
 
-    async def transfer(self, target: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    async def transfer(
+        self, target: str, *, timeout: float = limits.CLIENT_TIMEOUT_S_DEFAULT
+    ) -> None:
         await self._to_leader(
             Code.TRANSFER, {"target": target}, timeout=timeout, unknown_is_final=False
         )
@@ -394,7 +390,7 @@ class DLedgerClient:
         self, code: Code, fields: dict[str, Any], *, timeout: float, unknown_is_final: bool
     ) -> Reply:
         deadline = trio.current_time() + timeout
-        sleep_s = RETRY_SLEEP_S_MIN
+        sleep_s = limits.CLIENT_RETRY_SLEEP_S_MIN
         last_problem = "no server answered"
         while True:
             for node in self._candidates():
@@ -447,7 +443,7 @@ class DLedgerClient:
                     self._leader = None
             else:
                 await trio.sleep(min(sleep_s, max(0.0, deadline - trio.current_time())))
-                sleep_s = min(2 * sleep_s, RETRY_SLEEP_S_MAX)
+                sleep_s = min(2 * sleep_s, limits.CLIENT_RETRY_SLEEP_S_MAX)
 
     def _timeout_error(self, code: Code, problem: str, unknown_is_final: bool) -> ClientError:
         if code is Code.APPEND and unknown_is_final:
@@ -455,14 +451,21 @@ class DLedgerClient:
         return RequestFailed(Status.OUTCOME_UNKNOWN, f"deadline passed ({problem})")
 
     async def request(
-        self, node: str, code: Code, *, timeout: float = DEFAULT_TIMEOUT_S, **fields: Any
+        self,
+        node: str,
+        code: Code,
+        *,
+        timeout: float = limits.CLIENT_TIMEOUT_S_DEFAULT,
+        **fields: Any,
     ) -> Reply:
         """One request to one named server, no retries."""
         with trio.fail_after(timeout):
             connection = await self.connection(node)
             return await connection.request(code, **fields)
 
-    async def status(self, node: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    async def status(
+        self, node: str, *, timeout: float = limits.CLIENT_TIMEOUT_S_DEFAULT
+    ) -> dict[str, Any]:
         reply = await self.request(node, Code.STATUS, timeout=timeout)
         if reply.status is not Status.OK:
             raise RequestFailed(reply.status, reply.message, reply.fields)
@@ -475,7 +478,7 @@ class DLedgerClient:
         *,
         node: str | None = None,
         committed: bool = True,
-        timeout: float = DEFAULT_TIMEOUT_S,
+        timeout: float = limits.CLIENT_TIMEOUT_S_DEFAULT,
     ) -> list[Entry]:
         """Entries from `index` on (at most `count`), from `node` or the leader; committed ones
         only unless `committed=False`. RequestFailed names COMPACTED or INDEX_OUT_OF_RANGE."""
@@ -508,13 +511,13 @@ class DLedgerClient:
                 index = page[-1].index + 1
         return entries
 
-    async def find_leader(self, *, timeout: float = DEFAULT_TIMEOUT_S) -> str | None:
+    async def find_leader(self, *, timeout: float = limits.CLIENT_TIMEOUT_S_DEFAULT) -> str | None:
         """Ask the servers who leads; None if none knows before the deadline."""
         with trio.move_on_after(timeout):
             while True:
                 for node in self._candidates():
                     try:
-                        status = await self.status(node, timeout=CONNECT_TIMEOUT_S)
+                        status = await self.status(node, timeout=limits.CLIENT_CONNECT_TIMEOUT_S)
                     except (ClientError, trio.TooSlowError):
                         continue
                     if status.get("role") == "leader":
@@ -522,5 +525,5 @@ class DLedgerClient:
                         return node
                     if self._follow_hint(status):
                         break
-                await trio.sleep(RETRY_SLEEP_S_MAX)
+                await trio.sleep(limits.CLIENT_RETRY_SLEEP_S_MAX)
         return None

@@ -79,11 +79,11 @@ class NodeConfig:
     tick_ms: int = limits.TICK_MS_DEFAULT
     raft: RaftConfig = attrs.field(factory=RaftConfig)
     store: StoreConfig = attrs.field(factory=StoreConfig)
-    checkpoint_interval_ms: int = 1000
+    checkpoint_interval_ms: int = limits.CHECKPOINT_INTERVAL_MS_DEFAULT
     file_reserved_hours: float = 72.0  # RocketMQ's fileReservedTime default
     delete_when_hour: int | None = 4  # RocketMQ's deleteWhen default: "04"
     disk_max_used_ratio: float = 0.75  # RocketMQ's diskMaxUsedSpaceRatio default (75)
-    append_timeout_ms: int = 30_000  # a waiting append is answered OUTCOME_UNKNOWN after this
+    append_timeout_ms: int = limits.APPEND_TIMEOUT_MS_DEFAULT
 
     @property
     def peer_unacked_timeout_ms(self) -> int:

@@ -7,9 +7,12 @@ steps the core; everything else (peer and client connections, the ticker, the fl
 it events through a bounded inbox, so steps never interleave and the only await inside one is
 the rare hard-state fsync.
 
-Tasks, all in the nursery `run` opens: the listener (connections: service.py), the raft loop,
-the ticker, the flusher (group commit, dledger/log/flusher.py), the applier, the peer links
-(transport.py) and a maintenance loop (checkpoint, retention, expired appends).
+Tasks, all in the nursery `run` opens: the raft loop, the ticker, the flusher (group commit,
+dledger/log/flusher.py), the applier, the peer links (transport.py) and a maintenance loop
+(checkpoint, retention, expired appends). The node listens on nothing: whoever embeds it hands
+it inbound peer messages (`deliver`, `peer_disconnected`), as dledger/service.py does for
+connections accepted by dledger/hosting.py, and its outbound links connect through an
+injectable connector, so tests can run whole groups on memory streams.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from functools import partial
 from typing import Any, Protocol
 
 import trio
@@ -32,6 +34,7 @@ from dledger.appends import AppendWaiters, PendingAppend, Waiter
 from dledger.config import NodeConfig
 from dledger.log.flusher import Flusher
 from dledger.log.layout import StorePaths
+from dledger.log.reader import StoredEntry
 from dledger.log.state_file import HARDSTATE_MAGIC, read_state_file, write_state_file
 from dledger.log.store import FlushPolicy, LogStore
 from dledger.raft.core import RaftCore
@@ -44,7 +47,6 @@ from dledger.raft.events import (
     Persisted,
     Propose,
     Proposed,
-    Refusal,
     Refused,
     Result,
     Role,
@@ -52,25 +54,12 @@ from dledger.raft.events import (
     Tick,
 )
 from dledger.raft.membership import ConfigEntry, Membership
-from dledger.raft.messages import Envelope, Message
-from dledger.transport import PeerLinks
-from dledger.wire import Status
+from dledger.raft.messages import Message
+from dledger.raft.promises import Promises
+from dledger.transport import PeerConnector, PeerLinks
+from dledger.wire import REFUSAL_STATUS, Status
 
 log = logging.getLogger("dledger.node")
-
-INBOX_EVENTS_MAX = 4096  # events waiting for the raft loop; beyond it, senders wait
-DRAIN_EVENTS_MAX = 512  # events one raft-loop wake-up handles before proposing
-APPLY_BATCH_ENTRIES_MAX = 4096
-MAINTENANCE_INTERVAL_S = 0.25
-RETENTION_INTERVAL_S = 60.0
-
-REFUSAL_STATUS = {
-    Refusal.NOT_LEADER: Status.NOT_LEADER,
-    Refusal.TRANSFERRING: Status.TRANSFERRING,
-    Refusal.BUSY: Status.BUSY,
-    Refusal.CONFIG_PENDING: Status.BUSY,
-    Refusal.BAD_REQUEST: Status.BAD_REQUEST,
-}
 
 
 class StateMachine(Protocol):
@@ -111,11 +100,18 @@ class AppliedDigest:
         return f"{self.from_index}:" + "".join(f"{c:08x}" for c in self._crcs)
 
 
-class _ProposeSignal:
-    """Inbox marker: client appends are waiting to be proposed."""
+class _Signal:
+    """Inbox marker: work is waiting in a slot the raft loop reads after each drain."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
 
 
-PROPOSE = _ProposeSignal()
+PROPOSE = _Signal("appends waiting to be proposed")
+PERSISTED = _Signal("the log became durable further")
 
 
 class _Control:
@@ -149,7 +145,10 @@ class Node:
         state_machine: StateMachine | None = None,
         *,
         rng: random.Random | None = None,
+        connect: PeerConnector | None = None,
     ) -> None:
+        """`connect` opens the stream of an outbound peer link (default: TCP from this
+        replica's own address, transport.connect_tcp); tests pass memory streams."""
         self.config = config
         self.store = store
         self.state_machine = state_machine or NullStateMachine()
@@ -171,7 +170,7 @@ class Node:
         )
         self.applied_digest = AppliedDigest(self.applied_index)
         self.role = RoleState(self.core.role, self.core.term, self.core.leader)
-        self._inbox_send, self._inbox = trio.open_memory_channel[Any](INBOX_EVENTS_MAX)
+        self._inbox_send, self._inbox = trio.open_memory_channel[Any](limits.INBOX_EVENTS_MAX)
         self._flusher = Flusher(store, on_durable=self._on_durable)
         self.links = PeerLinks(
             group=config.group,
@@ -180,8 +179,9 @@ class Node:
             segment_bytes=store.config.segment_bytes,
             on_disconnect=self.peer_disconnected,
             unacked_timeout_ms=config.peer_unacked_timeout_ms,
+            connect=connect,
         )
-        self._held: list[tuple[int, Envelope]] = []  # promises waiting for the disk
+        self._promises = Promises()  # acks and votes waiting for the disk
         self._pending: list[PendingAppend] = []  # appends not yet proposed
         self._pending_entries = 0
         self._propose_signalled = False
@@ -189,7 +189,9 @@ class Node:
         self._apply_wake = trio.Event()
         self._role_listeners: list[Callable[[RoleState], None]] = []
         self._role_changed = trio.Event()
-        self._late_persisted: EntryId | None = None  # a durability report the full inbox refused
+        # the newest durability report not yet stepped, and whether PERSISTED is in the inbox
+        self._persisted: Persisted | None = None
+        self._persisted_signalled = False
         self.metrics: Counter[str] = Counter()  # counts for the status request
         self.started = trio.Event()
         self.stopping = False
@@ -234,13 +236,9 @@ class Node:
 
     # --- running ---------------------------------------------------------------------------------
 
-    async def run(
-        self, *, task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        from dledger.service import Service  # service imports node types
-
-        service = Service(self)
-        listen = self.config.listen
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; `started` once every task runs. Listening is the embedder's
+        (dledger/hosting.py): run it beside, or the node hears from no peer."""
         log.info(
             "node %s of group %s starting: %d peers, store %s, %s, last index %d, commit %d",
             self.config.self_id,
@@ -253,10 +251,6 @@ class Node:
         )
         try:
             async with trio.open_nursery() as nursery:
-                serve = partial(
-                    trio.serve_tcp, service.handle_connection, listen.port, host=listen.host
-                )
-                listeners = await nursery.start(serve)
                 await nursery.start(self._flusher.run)
                 nursery.start_soon(self._raft_loop)
                 nursery.start_soon(self._ticker)
@@ -264,7 +258,7 @@ class Node:
                 nursery.start_soon(self.links.run)
                 nursery.start_soon(self._maintenance)
                 self.started.set()
-                task_status.started(listeners)
+                task_status.started()
         finally:
             self.stopping = True
             with contextlib.suppress(Exception):  # best effort: the log is safe without it
@@ -284,7 +278,7 @@ class Node:
             event = await inbox.receive()
             await self._handle(event)
             handled = 1
-            for _ in range(DRAIN_EVENTS_MAX):
+            for _ in range(limits.DRAIN_EVENTS_MAX):
                 try:
                     event = inbox.receive_nowait()
                 except trio.WouldBlock:
@@ -293,12 +287,17 @@ class Node:
                 handled += 1
             metrics["raft_loop_wakeups"] += 1
             metrics["events"] += handled
+            if self._persisted is not None:
+                await self._step_persisted()
             if self._pending:
                 await self._propose_pending()
 
     async def _handle(self, event: object) -> None:
         if event is PROPOSE:
             return  # proposing happens after the drain, for everything queued by then
+        if event is PERSISTED:
+            await self._step_persisted()  # promptly: a leader's commit may wait on it
+            return
         if isinstance(event, _Control):
             fx = self.core.step(event.event)
             await self._perform(fx)
@@ -372,8 +371,7 @@ class Node:
                 store.truncate_after(persist.truncate_after)
                 cut = persist.truncate_after
                 log.info("truncated the log after index %d (conflict with the leader)", cut)
-            if cut is not None and self._held:
-                self._held = [(s, e) for s, e in self._held if s <= cut]
+            self._promises.log_changed(persist)
             if persist.append is not None:
                 store.append(persist.append)
             self._flusher.notify()
@@ -381,11 +379,8 @@ class Node:
                 self._report_durable(store.last_index)  # ASYNC_FLUSH: written counts as kept
         if fx.send_after_persist:
             durable = self._raft_durable_index()
-            if fx.sync_through <= durable:
-                for envelope in fx.send_after_persist:
-                    offer(envelope)
-            else:
-                self._held.extend((fx.sync_through, e) for e in fx.send_after_persist)
+            for envelope in self._promises.hold(fx.sync_through, fx.send_after_persist, durable):
+                offer(envelope)
         if fx.commit_index is not None:
             self._waiters.commit(fx.commit_index, self._committed_term)
             self._apply_wake.set()
@@ -413,21 +408,28 @@ class Node:
         self._apply_wake.set()
 
     def _report_durable(self, durable: int) -> None:
-        if durable < self.store.first_index:
+        """Send the promises the log now covers, and have the raft loop tell the core. The
+        report waits in a slot, not in the inbox: a newer one replaces it, and a full inbox
+        (a busy loop, which reads the slot after its drain) never holds it back."""
+        store = self.store
+        log_start = store.first_index - 1
+        term = store.term_at(durable) if durable > log_start else 0
+        ready, persisted = self._promises.durable(EntryId(durable, term), log_start)
+        for envelope in ready:
+            self.links.offer(envelope)
+        if persisted is None:
             return
-        if self._held:
-            keep = []
-            for sync_through, envelope in self._held:
-                if sync_through <= durable:
-                    self.links.offer(envelope)
-                else:
-                    keep.append((sync_through, envelope))
-            self._held = keep
-        through = EntryId(durable, self.store.term_at(durable))
-        try:
-            self._inbox_send.send_nowait(Persisted(through))
-        except trio.WouldBlock:
-            self._late_persisted = through  # delivered by the maintenance loop
+        self._persisted = persisted
+        if not self._persisted_signalled:
+            self._persisted_signalled = True
+            with contextlib.suppress(trio.WouldBlock):
+                self._inbox_send.send_nowait(PERSISTED)
+
+    async def _step_persisted(self) -> None:
+        persisted, self._persisted = self._persisted, None
+        self._persisted_signalled = False
+        if persisted is not None:
+            await self._perform(self.core.step(persisted))
 
     def _role_changed_to(self, role: RoleState) -> None:
         old = self.role
@@ -475,11 +477,11 @@ class Node:
                 )
                 self.applied_index = store.first_index - 1
                 continue
-            hi = min(target, self.applied_index + APPLY_BATCH_ENTRIES_MAX)
+            hi = min(target, self.applied_index + limits.APPLY_BATCH_ENTRIES_MAX)
             lo = self.applied_index + 1
             terms, kinds, sizes = store.read_meta(lo, hi)
             if self._reads_bodies:
-                batch = store.read(lo, hi, limits.APPEND_BATCH_BYTES_MAX * 4)
+                batch = store.read(lo, hi, limits.APPLY_BATCH_BYTES_MAX)
                 hi = batch.last_index
                 del terms[len(batch) :], kinds[len(batch) :], sizes[len(batch) :]
             else:
@@ -493,11 +495,8 @@ class Node:
         last_checkpoint = last_retention = trio.current_time()
         written = (-1, -1)
         while True:
-            await trio.sleep(MAINTENANCE_INTERVAL_S)
+            await trio.sleep(limits.MAINTENANCE_INTERVAL_S)
             now = trio.current_time()
-            if self._late_persisted is not None:
-                through, self._late_persisted = self._late_persisted, None
-                await self._inbox_send.send(Persisted(through))
             self._waiters.expire(now)
             self._expire_pending(now)
             if now - last_checkpoint >= self.config.checkpoint_interval_ms / 1000:
@@ -506,7 +505,7 @@ class Node:
                 if marks != written:
                     written = marks
                     await trio.to_thread.run_sync(self.store.write_checkpoint, *marks)
-            if now - last_retention >= RETENTION_INTERVAL_S:
+            if now - last_retention >= limits.RETENTION_INTERVAL_S:
                 last_retention = now
                 self._retain()
 
@@ -603,3 +602,37 @@ class Node:
     @property
     def is_leader(self) -> bool:
         return self.core.role is Role.LEADER
+
+    @property
+    def accepting_appends(self) -> bool:
+        """Leader and not stopping: an append submitted now is proposed."""
+        return self.core.role is Role.LEADER and not self.stopping
+
+    @property
+    def leader(self) -> str | None:
+        return self.core.leader
+
+    @property
+    def term(self) -> int:
+        return self.core.term
+
+    @property
+    def commit_index(self) -> int:
+        return self.core.commit_index
+
+    @property
+    def first_index(self) -> int:
+        return self.store.first_index
+
+    @property
+    def last_index(self) -> int:
+        return self.store.last_index
+
+    @property
+    def segment_bytes(self) -> int:
+        """The log's segment size: the same on every replica, or positions would differ."""
+        return self.store.config.segment_bytes
+
+    def entry(self, index: int) -> StoredEntry:
+        """The stored entry at `index` (Compacted, IndexOutOfRange, CorruptEntry as the store)."""
+        return self.store.get(index)

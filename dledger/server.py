@@ -13,6 +13,7 @@ import argparse
 import logging
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -20,6 +21,7 @@ import trio
 from dledger import limits
 from dledger.config import ConfigError, NodeConfig, parse_peers, raft_config_from_ms
 from dledger.exceptions import find
+from dledger.hosting import host_node
 from dledger.log.errors import LogError
 from dledger.log.store import FlushPolicy, LogStore, StoreConfig
 from dledger.node import Node
@@ -92,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--disk-max-used-ratio", type=float, default=0.75, help="diskMaxUsedSpaceRatio, 0-1"
     )
-    p.add_argument("--checkpoint-interval-ms", type=int, default=1000)
+    p.add_argument(
+        "--checkpoint-interval-ms", type=int, default=limits.CHECKPOINT_INTERVAL_MS_DEFAULT
+    )
     p.add_argument(
         "--repair",
         action="store_true",
@@ -149,7 +153,7 @@ async def serve(
         node = Node(config, store)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
-            listeners = await nursery.start(node.run)
+            listeners = await nursery.start(partial(host_node, node))
             addresses = ", ".join(str(listener.socket.getsockname()[:2]) for listener in listeners)
             log.info("%s of group %s serving on %s", config.self_id, config.group, addresses)
             task_status.started(node)

@@ -4,24 +4,32 @@ A peer opens with HELLO (group, from, to, segment size) and then only sends Raft
 client sends requests (APPEND, GET, STATUS, TRANSFER), each with an id its reply echoes, and
 may pipeline as many as CLIENT_PENDING_REQUESTS_MAX. A bad frame or a wrong HELLO closes that
 one connection, with a reply saying why when one can still be sent; the node keeps serving.
+
+The service sees the node through `ServedNode`, the narrow face a replica shows its connections
+(its identity, role, indexes, reads, and where to hand messages and appends); it never reaches
+into the core or the store. Streams are any `trio.abc.Stream`, so tests serve memory streams.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import trio
 
 from dledger import limits
 from dledger.codec import decode_message
+from dledger.config import NodeConfig
 from dledger.log.errors import Compacted, IndexOutOfRange
-from dledger.node import REFUSAL_STATUS, Node
-from dledger.raft.events import Accepted, Refused, Role, TransferLeadership
+from dledger.log.reader import StoredEntry
+from dledger.raft.events import Accepted, Event, Refused, Result, TransferLeadership
+from dledger.raft.messages import Message
 from dledger.session import ClientSession
 from dledger.transport import limit_unacked_time
 from dledger.wire import (
+    REFUSAL_STATUS,
     Code,
     FrameError,
     FrameReader,
@@ -34,9 +42,31 @@ from dledger.wire import (
 
 log = logging.getLogger("dledger.service")
 
-RECEIVE_BYTES = 256 * limits.KiB
-FIRST_FRAME_TIMEOUT_S = 10.0
-GET_BYTES_MAX = 4 * limits.MiB  # one GET answer carries at most this much body (one entry always)
+
+class ServedNode(Protocol):
+    """What connections need of a replica (dledger.node.Node is one)."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+    @property
+    def segment_bytes(self) -> int: ...
+    @property
+    def accepting_appends(self) -> bool: ...
+    @property
+    def leader(self) -> str | None: ...
+    @property
+    def commit_index(self) -> int: ...
+    @property
+    def first_index(self) -> int: ...
+    @property
+    def last_index(self) -> int: ...
+    def entry(self, index: int) -> StoredEntry: ...
+    async def deliver(self, message: Message) -> None: ...
+    def peer_disconnected(self, peer: str) -> None: ...
+    def submit_append(self, bodies: Sequence[bytes], reply: Callable[..., None]) -> None: ...
+    async def step(self, event: Event) -> Result | None: ...
+    def status(self) -> dict[str, object]: ...
+    def leader_hint(self, leader: str | None) -> dict[str, object]: ...
 
 
 class TooManyConnections(FrameError):
@@ -54,7 +84,9 @@ class WrongPeer(FrameError):
         return f"refused peer: {self.reason}"
 
 
-def peer_name(stream: trio.SocketStream) -> str:
+def peer_name(stream: trio.abc.Stream) -> str:
+    if not isinstance(stream, trio.SocketStream):
+        return type(stream).__name__
     try:
         host, port = stream.socket.getpeername()[:2]
         return f"{host}:{port}"
@@ -63,19 +95,19 @@ def peer_name(stream: trio.SocketStream) -> str:
 
 
 class Service:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ServedNode) -> None:
         self.node = node
         self._inbound: Counter[str] = Counter()  # live connections from each peer
         self.connections = 0
 
-    async def handle_connection(self, stream: trio.SocketStream) -> None:
+    async def handle_connection(self, stream: trio.abc.Stream) -> None:
         name = peer_name(stream)
         reader = FrameReader()
         self.connections += 1
         try:
             if self.connections > limits.CONNECTIONS_MAX:
                 raise TooManyConnections(f"this node serves at most {limits.CONNECTIONS_MAX}")
-            with trio.fail_after(FIRST_FRAME_TIMEOUT_S):
+            with trio.fail_after(limits.FIRST_FRAME_TIMEOUT_S):
                 first = await self._next_frame(stream, reader)
             if first is None:
                 return
@@ -98,7 +130,7 @@ class Service:
             log.info(
                 "closing connection from %s: nothing sent within %.0f s",
                 name,
-                FIRST_FRAME_TIMEOUT_S,
+                limits.FIRST_FRAME_TIMEOUT_S,
             )
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as err:
             log.debug("connection from %s ended: %s", name, err)
@@ -107,12 +139,12 @@ class Service:
             await stream.aclose()
 
     async def _next_frame(
-        self, stream: trio.SocketStream, reader: FrameReader
+        self, stream: trio.abc.Stream, reader: FrameReader
     ) -> dict[str, Any] | None:
         while True:
             for frame in reader.frames():
                 return frame
-            data = await stream.receive_some(RECEIVE_BYTES)
+            data = await stream.receive_some(limits.RECEIVE_BYTES)
             if not data:
                 return None
             reader.feed(data)
@@ -129,7 +161,7 @@ class Service:
             raise WrongPeer(f"{sender} wanted {to!r}, this node is {cfg.self_id!r}")
         if sender not in cfg.peers or sender == cfg.self_id:
             raise WrongPeer(f"{sender!r} is not a peer of {cfg.self_id} ({', '.join(cfg.peers)})")
-        mine = self.node.store.config.segment_bytes
+        mine = self.node.segment_bytes
         if segment_bytes != mine:
             raise WrongPeer(
                 f"{sender} uses segments of {segment_bytes} bytes, this node {mine}: positions "
@@ -138,7 +170,7 @@ class Service:
         return sender
 
     async def _serve_peer(
-        self, stream: trio.SocketStream, reader: FrameReader, hello: dict[str, Any], name: str
+        self, stream: trio.abc.Stream, reader: FrameReader, hello: dict[str, Any], name: str
     ) -> None:
         peer = self._check_hello(hello)
         log.info("peer %s connected from %s", peer, name)
@@ -149,7 +181,7 @@ class Service:
             while True:
                 for frame in reader.frames():
                     await node.deliver(decode_message(frame, sender=peer))
-                data = await stream.receive_some(RECEIVE_BYTES)
+                data = await stream.receive_some(limits.RECEIVE_BYTES)
                 if not data:
                     log.info("peer %s closed its connection", peer)
                     return
@@ -163,7 +195,7 @@ class Service:
     # --- clients ------------------------------------------------------------------------------
 
     async def _serve_client(
-        self, stream: trio.SocketStream, reader: FrameReader, first: dict[str, Any], name: str
+        self, stream: trio.abc.Stream, reader: FrameReader, first: dict[str, Any], name: str
     ) -> None:
         session = ClientSession(stream, name)
         async with trio.open_nursery() as nursery:
@@ -174,7 +206,7 @@ class Service:
                     for frame in reader.frames():
                         await self._request(session, frame)
                         await session.wait_for_room()
-                    data = await stream.receive_some(RECEIVE_BYTES)
+                    data = await stream.receive_some(limits.RECEIVE_BYTES)
                     if not data:
                         break
                     reader.feed(data)
@@ -239,8 +271,8 @@ class Service:
                     {},
                 )
                 return
-        if node.core.role is not Role.LEADER or node.stopping:
-            leader = node.core.leader
+        if not node.accepting_appends:
+            leader = node.leader
             reply(
                 Status.NOT_LEADER,
                 f"{node.config.self_id} is not the leader",
@@ -250,24 +282,20 @@ class Service:
         node.submit_append(bodies, reply)
 
     def _get(self, frame: dict[str, Any], reply: Any) -> None:
-        node, store = self.node, self.node.store
+        node = self.node
         index = field(frame, "index", int)
         count = frame.get("count", 1)
         committed_only = frame.get("committed", True)
         if not isinstance(count, int) or not 1 <= count <= limits.GET_BATCH_ENTRIES_MAX:
             reply(Status.BAD_REQUEST, f"count must be 1..{limits.GET_BATCH_ENTRIES_MAX}", {})
             return
-        commit = node.core.commit_index
-        end = commit if committed_only is not False else store.last_index
-        info = {
-            "commit_index": commit,
-            "last_index": store.last_index,
-            "first_index": store.first_index,
-        }
-        if index < store.first_index:
+        commit, first, last = node.commit_index, node.first_index, node.last_index
+        end = commit if committed_only is not False else last
+        info = {"commit_index": commit, "last_index": last, "first_index": first}
+        if index < first:
             reply(
                 Status.COMPACTED,
-                f"index {index} is compacted; first available index is {store.first_index}",
+                f"index {index} is compacted; first available index is {first}",
                 info,
             )
             return
@@ -281,11 +309,11 @@ class Service:
         size = 0
         for i in range(index, min(end, index + count - 1) + 1):
             try:
-                e = store.get(i)
+                e = node.entry(i)
             except (Compacted, IndexOutOfRange) as err:
                 reply(Status.INDEX_OUT_OF_RANGE, str(err), info)
                 return
-            if entries and size + len(e.body) > GET_BYTES_MAX:
+            if entries and size + len(e.body) > limits.GET_BYTES_MAX:
                 break
             entries.append([e.index, e.term, e.kind, e.position, e.body])
             size += len(e.body)
@@ -306,7 +334,7 @@ class Service:
             )
 
 
-async def _send_quietly(stream: trio.SocketStream, body: dict[str, Any]) -> None:
+async def _send_quietly(stream: trio.abc.Stream, body: dict[str, Any]) -> None:
     try:
         with trio.move_on_after(1):
             await stream.send_all(encode_frame(body))

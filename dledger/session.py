@@ -24,7 +24,7 @@ RESERVED = frozenset({"c", "id", "status", "msg"})  # every reply's own keys
 
 
 class ClientSession:
-    def __init__(self, stream: trio.SocketStream, peer_name: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, peer_name: str) -> None:
         self.peer_name = peer_name
         self.unanswered = 0
         self._outbox = Outbox(stream)

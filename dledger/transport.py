@@ -9,8 +9,11 @@ only what the socket did not take to the sender (outbox.py says why).
 
 A link also watches its socket for EOF: when a peer process dies its kernel closes our
 connection, and the node hears of it at once (PeerDisconnected) rather than after an election
-timeout. Inbound connections are the node's business (node.py); a peer only ever sends us
-Raft messages on the connection it opened.
+timeout. Inbound connections are the embedder's business (service.py, hosting.py); a peer
+only ever sends us Raft messages on the connection it opened.
+
+Links connect through a `PeerConnector`: TCP by default (`tcp_connector`), memory streams in
+tests, so a whole group runs in one trio process under a mock clock.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import contextlib
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -33,11 +36,8 @@ from dledger.wire import Code, encode_frame
 
 log = logging.getLogger("dledger.transport")
 
-RECONNECT_MS_MIN = 5
-RECONNECT_MS_MAX = 500
-CONNECT_TIMEOUT_S = 1.0
-SEND_COALESCE_BYTES_MAX = 4 * limits.MiB  # one send_all carries at most this (plus one frame)
-FRAME_CACHE_MAX = 8  # recent AppendEntries frames kept for the other followers
+# Opens the stream of a link to `peer` at `address`; raising OSError means "try again later".
+PeerConnector = Callable[[str, Address], Awaitable[trio.abc.Stream]]
 
 
 @attrs.define
@@ -50,15 +50,28 @@ class LinkStats:
     dropped: int = 0  # messages pushed out of a full queue
 
 
-def limit_unacked_time(stream: trio.SocketStream, timeout_ms: int) -> None:
+def limit_unacked_time(stream: trio.abc.Stream, timeout_ms: int) -> None:
     """Fail a peer connection whose sent data stays unacknowledged for `timeout_ms` (Linux's
     TCP_USER_TIMEOUT). Without it a link across a partition lives on while TCP doubles its
     retransmission timer, and after the partition heals the peers wait out seconds of
     back-off; with it the link breaks, reconnects, and is back within a reconnect interval."""
     option = getattr(socket, "TCP_USER_TIMEOUT", None)
-    if option is not None:
+    if option is not None and isinstance(stream, trio.SocketStream):
         with contextlib.suppress(OSError):
             stream.setsockopt(socket.IPPROTO_TCP, option, timeout_ms)
+
+
+def tcp_connector(local_host: str | None, unacked_timeout_ms: int) -> PeerConnector:
+    """TCP links from `local_host` (this replica's own address, so that a replica is one host
+    to the network: chaos partitions 127.0.0.x aliases by address), with unacknowledged data
+    bounded in time (limit_unacked_time)."""
+
+    async def connect(peer: str, address: Address) -> trio.abc.Stream:
+        stream = await trio.open_tcp_stream(address.host, address.port, local_address=local_host)
+        limit_unacked_time(stream, unacked_timeout_ms)
+        return stream
+
+    return connect
 
 
 class PeerLinks:
@@ -72,14 +85,15 @@ class PeerLinks:
         on_disconnect: Callable[[str], None],
         unacked_timeout_ms: int,
         queue_frames_max: int = limits.PEER_SEND_QUEUE_FRAMES_MAX,
+        connect: PeerConnector | None = None,
     ) -> None:
         self._hello = {"group": group, "from": self_id, "segment_bytes": segment_bytes}
-        # Connect from our own address, so that a replica is one host to the network (chaos
-        # partitions 127.0.0.x aliases by address), not whatever the kernel picks.
-        self._local_address = peers[self_id].host if self_id in peers else None
+        if connect is None:
+            local_host = peers[self_id].host if self_id in peers else None
+            connect = tcp_connector(local_host, unacked_timeout_ms)
+        self._connect = connect
         self._peers = {p: a for p, a in peers.items() if p != self_id}
         self._on_disconnect = on_disconnect
-        self._unacked_timeout_ms = unacked_timeout_ms
         self._queues: dict[str, deque[Envelope]] = {
             p: deque(maxlen=queue_frames_max) for p in self._peers
         }
@@ -88,7 +102,7 @@ class PeerLinks:
         self._frames: dict[tuple[object, ...], bytes] = {}  # recent AppendEntries frames
         # Links whose sender is parked with nothing queued; the unsent end of a frame `offer`
         # wrote, which the sender sends before anything queued after it.
-        self._parked: dict[str, trio.SocketStream] = {}
+        self._parked: dict[str, trio.abc.Stream] = {}
         self._rest: dict[str, bytes] = {}
 
     def offer(self, envelope: Envelope) -> None:
@@ -105,7 +119,7 @@ class PeerLinks:
         queue.append(envelope)
         self._wake[envelope.to].set()
 
-    def _write_now(self, peer: str, stream: trio.SocketStream, frame: bytes) -> None:
+    def _write_now(self, peer: str, stream: trio.abc.Stream, frame: bytes) -> None:
         sent = write_nowait(stream, frame)
         stats = self.stats[peer]
         stats.frames_sent += 1
@@ -122,21 +136,18 @@ class PeerLinks:
                 nursery.start_soon(self._link, peer, address)
 
     async def _link(self, peer: str, address: Address) -> None:
-        backoff_ms = RECONNECT_MS_MIN
+        backoff_ms = limits.PEER_RECONNECT_MS_MIN
         stats = self.stats[peer]
         while True:
             try:
-                with trio.fail_after(CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(
-                        address.host, address.port, local_address=self._local_address
-                    )
+                with trio.fail_after(limits.PEER_CONNECT_TIMEOUT_S):
+                    stream = await self._connect(peer, address)
             except (OSError, trio.TooSlowError):
                 await trio.sleep(backoff_ms / 1000)
-                backoff_ms = min(2 * backoff_ms, RECONNECT_MS_MAX)
+                backoff_ms = min(2 * backoff_ms, limits.PEER_RECONNECT_MS_MAX)
                 continue
-            backoff_ms = RECONNECT_MS_MIN
+            backoff_ms = limits.PEER_RECONNECT_MS_MIN
             stats.connects += 1
-            limit_unacked_time(stream, self._unacked_timeout_ms)
             try:
                 async with stream:
                     hello = {"c": Code.HELLO, **self._hello, "to": peer}
@@ -154,12 +165,12 @@ class PeerLinks:
                 if stats.connected:
                     stats.connected = False
                     self._on_disconnect(peer)
-            await trio.sleep(RECONNECT_MS_MIN / 1000)
+            await trio.sleep(limits.PEER_RECONNECT_MS_MIN / 1000)
 
-    async def _watch(self, stream: trio.SocketStream, peer: str, scope: trio.CancelScope) -> None:
+    async def _watch(self, stream: trio.abc.Stream, peer: str, scope: trio.CancelScope) -> None:
         """A peer sends nothing on our link except a refusal; EOF means it went away."""
         try:
-            data = await stream.receive_some(limits.KiB * 4)
+            data = await stream.receive_some(limits.PEER_REFUSAL_BYTES_MAX)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             data = b""
         if data:
@@ -180,12 +191,12 @@ class PeerLinks:
             if frame is None:
                 frame = encode_frame(encode_message(message))
                 self._frames[key] = frame
-                if len(self._frames) > FRAME_CACHE_MAX:
+                if len(self._frames) > limits.PEER_FRAME_CACHE_MAX:
                     del self._frames[next(iter(self._frames))]
             return frame
         return encode_frame(encode_message(message))
 
-    async def _pump(self, peer: str, stream: trio.SocketStream, scope: trio.CancelScope) -> None:
+    async def _pump(self, peer: str, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
         queue, stats = self._queues[peer], self.stats[peer]
         try:
             while True:
@@ -199,7 +210,7 @@ class PeerLinks:
                 rest = self._rest.pop(peer, None)  # counted in the stats when it was offered
                 frames = [] if rest is None else [rest]
                 encoded = size = 0
-                while queue and size < SEND_COALESCE_BYTES_MAX:
+                while queue and size < limits.SEND_COALESCE_BYTES_MAX:
                     frame = self._encode(queue.popleft().message)
                     frames.append(frame)
                     encoded += 1

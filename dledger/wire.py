@@ -16,6 +16,7 @@ import attrs
 import msgpack
 
 from dledger import limits
+from dledger.raft.events import Refusal
 
 LENGTH = struct.Struct(">I")
 assert LENGTH.size == 4
@@ -60,6 +61,17 @@ class Status(enum.IntEnum):
     SHUTTING_DOWN = 13
 
 
+# What a client is told when the core refuses its request.
+REFUSAL_STATUS = {
+    Refusal.NOT_LEADER: Status.NOT_LEADER,
+    Refusal.TRANSFERRING: Status.TRANSFERRING,
+    Refusal.BUSY: Status.BUSY,
+    Refusal.CONFIG_PENDING: Status.BUSY,
+    Refusal.BAD_REQUEST: Status.BAD_REQUEST,
+}
+assert set(REFUSAL_STATUS) == set(Refusal), "every refusal has a status"
+
+
 class FrameError(Exception):
     """Base of errors about what a peer or client sent."""
 
@@ -96,7 +108,7 @@ class FrameReader:
         self._buf = bytearray()
         self._max = frame_bytes_max
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buf += data
 
     def frames(self) -> Iterator[dict[str, Any]]:

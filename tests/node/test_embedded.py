@@ -9,6 +9,7 @@ import trio
 
 from dledger.client import open_client
 from dledger.config import Address, NodeConfig
+from dledger.hosting import host_node
 from dledger.localgroup import free_port
 from dledger.log.store import LogStore, StoreConfig
 from dledger.node import Node
@@ -45,7 +46,7 @@ async def test_state_machine_sees_every_committed_entry_once_in_order(tmp_path: 
                 node = Node(config, stores[n], recorders[n])
                 node.on_role_change(roles[n].append)
                 nodes[n] = node
-                await nursery.start(node.run)
+                await nursery.start(host_node, node)
             async with open_client(peers) as client:
                 values = [f"v{i}".encode() * 50 for i in range(300)]
                 async with trio.open_nursery() as appenders:
@@ -83,10 +84,12 @@ async def test_stopping_leader_answers_proposed_appends_unknown_not_failed(tmp_p
     scopes: dict[str, trio.CancelScope] = {}
     answers: list[tuple[Status, str]] = []
 
-    async def run(n: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        n: str, *, task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         with trio.CancelScope() as scope:
             scopes[n] = scope
-            await nodes[n].run(task_status=task_status)
+            await host_node(nodes[n], task_status=task_status)
 
     try:
         async with trio.open_nursery() as nursery:

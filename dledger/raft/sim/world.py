@@ -24,7 +24,6 @@ from dledger.raft.events import (
     Event,
     HardState,
     PeerDisconnected,
-    Persisted,
     Propose,
     Proposed,
     Role,
@@ -33,6 +32,7 @@ from dledger.raft.events import (
 )
 from dledger.raft.membership import ChangeKind, Membership
 from dledger.raft.messages import Envelope, Message, RequestVoteReply
+from dledger.raft.promises import Promises
 from dledger.raft.sim import network as net
 from dledger.raft.sim.invariants import Checker
 from dledger.raft.sim.memlog import MemLog
@@ -123,7 +123,7 @@ class SimNode:
     log: MemLog
     hard: HardState  # what is durable
     core: RaftCore | None = None  # None while crashed
-    held: list[tuple[int, Envelope]] = attrs.field(factory=list)
+    held: Promises = attrs.field(factory=Promises)
     applied: int = 0
     checkpoint: int = 0  # the applied index last written to the checkpoint file
     incarnation: int = 0
@@ -317,9 +317,7 @@ class World:
             p = fx.persist
             if p.hard_state is not None:
                 node.hard = p.hard_state  # the node fsyncs it before going on
-            cut = p.reset.prev.index if p.reset is not None else p.truncate_after
-            if cut is not None:
-                node.held = [(s, e) for s, e in node.held if s <= cut]
+            node.held.log_changed(p)
             node.log.write(p)
             if p.reset is not None:
                 self.disk_epoch += 1
@@ -330,8 +328,8 @@ class World:
                 prev_term = node.log.term_at(p.append.first_index - 1)
                 self.checker.on_persist(node.id, p.append, prev_term)
         if fx.send_after_persist:
-            node.held.extend((fx.sync_through, env) for env in fx.send_after_persist)
-            self._release_held(node)
+            ready = node.held.hold(fx.sync_through, fx.send_after_persist, node.log.durable_index)
+            self._send(node, ready)
         if fx.role is not None:
             self._trace(node.id, "role", fx.role.role.value, fx.role.term, fx.role.leader)
             if fx.role.role is Role.LEADER:
@@ -376,22 +374,17 @@ class World:
             self.checker.on_apply(node.id, i, log.term_at(i), log.payload_at(i))
             node.applied = i
 
-    def _release_held(self, node: SimNode) -> None:
-        durable = node.log.durable_index
-        keep = []
-        for sync_through, env in node.held:
-            if sync_through <= durable:
-                self.net.send(node.id, env.to, env.message, self.now)
-            else:
-                keep.append((sync_through, env))
-        node.held = keep
+    def _send(self, node: SimNode, envelopes: list[Envelope]) -> None:
+        for env in envelopes:
+            self.net.send(node.id, env.to, env.message, self.now)
 
     def flush(self, node: SimNode) -> None:
         through = node.log.fsync()
         self.disk_epoch += 1
-        self._release_held(node)
-        if through.index > node.log.start.prev.index:
-            self.feed(node, Persisted(through))
+        ready, persisted = node.held.durable(through, node.log.start.prev.index)
+        self._send(node, ready)
+        if persisted is not None:
+            self.feed(node, persisted)
         else:
             self._apply(node)
         if self.rng.random() < 0.5:
