@@ -23,10 +23,11 @@ import random
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+import attrs
 import trio
 
 from dledger import limits
@@ -60,6 +61,10 @@ from dledger.transport import PeerConnector, PeerLinks
 from dledger.wire import REFUSAL_STATUS, Status
 
 log = logging.getLogger("dledger.node")
+
+
+# Runs a blocking call off the event loop and returns its result (trio.to_thread.run_sync).
+Offload = Callable[..., Awaitable[Any]]
 
 
 class StateMachine(Protocol):
@@ -98,6 +103,19 @@ class AppliedDigest:
 
     def hex(self) -> str:
         return f"{self.from_index}:" + "".join(f"{c:08x}" for c in self._crcs)
+
+
+@attrs.frozen
+class AppendReply:
+    status: Status
+    message: str
+    fields: dict[str, Any]
+
+    @property
+    def last_index(self) -> int:
+        """The index of the last entry appended (an OK reply's)."""
+        assert self.status is Status.OK, self
+        return int(self.fields["index"])
 
 
 class _Signal:
@@ -146,9 +164,14 @@ class Node:
         *,
         rng: random.Random | None = None,
         connect: PeerConnector | None = None,
+        offload: Offload = trio.to_thread.run_sync,
     ) -> None:
         """`connect` opens the stream of an outbound peer link (default: TCP from this
-        replica's own address, transport.connect_tcp); tests pass memory streams."""
+        replica's own address, transport.tcp_connector); tests pass memory streams.
+        `offload(fn, *args)` runs the raft loop's blocking file writes (hard state,
+        checkpoints) off the event loop; a test under a mock clock may run them inline, so
+        virtual time does not race ahead while a worker thread writes."""
+        self._offload = offload
         self.config = config
         self.store = store
         self.state_machine = state_machine or NullStateMachine()
@@ -225,6 +248,22 @@ class Node:
             # when the inbox is full the raft loop is busy, and it proposes after its batch anyway
             with contextlib.suppress(trio.WouldBlock):
                 self._inbox_send.send_nowait(PROPOSE)
+
+    async def append(self, bodies: Sequence[bytes]) -> AppendReply:
+        """Append `bodies` as consecutive entries and wait for the answer: Status.OK once a
+        quorum holds them (fields `index`, the last one's, and `count`), else the refusal
+        (NOT_LEADER with the leader's hint, BUSY, OUTCOME_UNKNOWN after the append timeout,
+        ...). Only a leader proposes; see `accepting_appends`."""
+        done = trio.Event()
+        answer: list[AppendReply] = []
+
+        def reply(status: Status, message: str, fields: dict[str, Any]) -> None:
+            answer.append(AppendReply(status, message, fields))
+            done.set()
+
+        self.submit_append(bodies, reply)
+        await done.wait()
+        return answer[0]
 
     async def step(self, event: Event) -> Result | None:
         """Feed one control event (TransferLeadership, ChangeMembership) through the raft
@@ -355,7 +394,7 @@ class Node:
         persist = fx.persist
         if persist is not None:
             if persist.hard_state is not None:
-                await trio.to_thread.run_sync(save_hard_state, self.paths, persist.hard_state)
+                await self._offload(save_hard_state, self.paths, persist.hard_state)
             store = self.store
             cut = None
             if persist.reset is not None:
@@ -504,7 +543,7 @@ class Node:
                 marks = self._checkpoint_marks()
                 if marks != written:
                     written = marks
-                    await trio.to_thread.run_sync(self.store.write_checkpoint, *marks)
+                    await self._offload(self.store.write_checkpoint, *marks)
             if now - last_retention >= limits.RETENTION_INTERVAL_S:
                 last_retention = now
                 self._retain()
