@@ -26,6 +26,17 @@ class CorruptMessage(FormatError):
 
 
 @attrs.define
+class MessageTooLarge(FormatError):
+    """A stored record longer than one log entry may carry."""
+
+    size: int  # the record's store_size
+    limit: int
+
+    def __str__(self) -> str:
+        return f"stored message of {self.size} bytes exceeds the limit of {self.limit} bytes"
+
+
+@attrs.define
 class BadProperty(FormatError):
     """A property the properties string cannot carry (a separator inside it, an empty key)."""
 

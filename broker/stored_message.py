@@ -15,13 +15,13 @@ from __future__ import annotations
 import mmap
 import socket
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
 from broker import limits
 from broker import properties as props
-from broker.errors import CorruptMessage, PropertiesTooLong, TopicTooLong
+from broker.errors import CorruptMessage, MessageTooLarge, PropertiesTooLong, TopicTooLong
 from dledger.log.checksum import crc32
 
 # Stored message, V1 magic, IPv4 hosts. Big-endian. Spec: docs/formats.md#stored-message;
@@ -168,8 +168,8 @@ def pack(
 ) -> bytes:
     """One record from its fields, with the properties string as stored (a client's, unchanged).
 
-    Raises TopicTooLong and PropertiesTooLong; the body limit (maxMessageSize) is the send
-    path's to enforce.
+    Raises TopicTooLong, PropertiesTooLong and MessageTooLarge (the record must fit in one
+    log entry: STORED_MESSAGE_BYTES_MAX, RocketMQ's maxMessageSize).
     """
     assert magic in (MAGIC_V1, MAGIC_V2), magic
     topic_data = topic.encode()
@@ -180,6 +180,8 @@ def pack(
         raise PropertiesTooLong(len(properties_data), limits.PROPERTIES_BYTES_MAX)
     fixed = FIXED[(sys_flag & 0x30) >> 4]
     size = encoded_size(len(body), len(topic_data), len(properties_data), sys_flag, magic)
+    if size > limits.STORED_MESSAGE_BYTES_MAX:
+        raise MessageTooLarge(size, limits.STORED_MESSAGE_BYTES_MAX)
     head = fixed.pack(
         size,
         magic,
@@ -206,7 +208,7 @@ def pack(
 
 
 def encode(message: StoredMessage, magic: int = MAGIC_V1) -> bytes:
-    """One record from a StoredMessage. Raises BadProperty, PropertiesTooLong, TopicTooLong."""
+    """One record from a StoredMessage. Raises BadProperty and what pack raises."""
     fields = attrs.asdict(message, recurse=False)
     fields["properties_data"] = props.encode(fields.pop("properties"))
     return pack(**fields, magic=magic)
@@ -274,22 +276,33 @@ def read_dispatch(buf: Buffer, at: int = 0) -> DispatchFields:
     """The fields the dispatcher needs, with magic and every length checked against the size
     (not the body CRC: the log entry's CRC already covers these bytes)."""
     size, magic = _size_magic(buf, at)
-    sys_flag = INT32.unpack_from(buf, at + SYS_FLAG_AT)[0]
-    fixed = FIXED[(sys_flag & 0x30) >> 4]
-    f = fixed.unpack_from(buf, at)
-    body_end = at + fixed.size + f[16]
-    topic_data, props_at = _topic_at(buf, at, size, magic, body_end)
+    sys_flag, fixed_size, f = _fixed_fields(buf, at, size)
+    topic_data, props_at = _topic_at(buf, at, size, magic, at + fixed_size, f[16])
     props_data = _properties_at(buf, at, size, props_at)
     return DispatchFields(
         size, f[3], f[5], f[6], sys_flag, f[11], _text(topic_data, at, "topic"), props_data
     )
 
 
-def _topic_at(buf: Buffer, at: int, size: int, magic: int, body_end: int) -> tuple[bytes, int]:
+def _fixed_fields(buf: Buffer, at: int, size: int) -> tuple[int, int, tuple[Any, ...]]:
+    """(sys_flag, bytes before the body, the fields up to body_length), size checked first."""
+    sys_flag = INT32.unpack_from(buf, at + SYS_FLAG_AT)[0]
+    fixed = FIXED[(sys_flag & 0x30) >> 4]
+    if size < fixed.size + 3:
+        raise CorruptMessage(
+            at, f"size {size} is below the smallest record with these hosts, {fixed.size + 3}"
+        )
+    return sys_flag, fixed.size, fixed.unpack_from(buf, at)
+
+
+def _topic_at(
+    buf: Buffer, at: int, size: int, magic: int, body_at: int, body_length: int
+) -> tuple[bytes, int]:
     """(topic bytes, where the properties length starts); checks lengths against the size."""
     end = at + size
-    if body_end < at + FIXED_V4.size or body_end + 1 > end:
-        raise CorruptMessage(at, f"body length {body_end - at - 88} runs past the record")
+    body_end = body_at + body_length
+    if body_length < 0 or body_end + 1 > end:
+        raise CorruptMessage(at, f"body length {body_length} runs past the record")
     if magic == MAGIC_V1:
         topic_length, topic_at = buf[body_end], body_end + 1
     else:
@@ -322,16 +335,11 @@ def decode(buf: Buffer, at: int = 0) -> StoredMessage:
     """The record at `at`, every check made: magic, lengths against store_size, body CRC,
     UTF-8 of topic and properties. Raises CorruptMessage."""
     size, magic = _size_magic(buf, at)
-    sys_flag = INT32.unpack_from(buf, at + SYS_FLAG_AT)[0]
-    fixed = FIXED[(sys_flag & 0x30) >> 4]
-    if size < fixed.size + 3:
-        raise CorruptMessage(at, f"size {size} is below the smallest record with its hosts")
-    f = fixed.unpack_from(buf, at)
-    body_at = at + fixed.size
-    body_end = body_at + f[16]
-    topic_data, props_at = _topic_at(buf, at, size, magic, body_end)
+    sys_flag, fixed_size, f = _fixed_fields(buf, at, size)
+    body_at = at + fixed_size
+    topic_data, props_at = _topic_at(buf, at, size, magic, body_at, f[16])
     props_data = _properties_at(buf, at, size, props_at)
-    body = bytes(buf[body_at:body_end])
+    body = bytes(buf[body_at : body_at + f[16]])
     if crc32(body) & BODY_CRC_MASK != f[2]:
         raise CorruptMessage(at, "body crc mismatch")
     try:

@@ -3,17 +3,18 @@ notes, round trips, fast readers, patching, and corruption that must raise Corru
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import zlib
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import properties, stored_message
-from broker.errors import CorruptMessage, PropertiesTooLong, TopicTooLong
+from broker import limits, properties, stored_message
+from broker.errors import CorruptMessage, MessageTooLarge, PropertiesTooLong, TopicTooLong
 from broker.stored_message import MAGIC_V1, MAGIC_V2, StoredMessage
 
 # rocketmq-remoting.md section 6: the first 112 bytes of the 203-byte "key-0" record, as seen.
@@ -179,6 +180,16 @@ def test_raw_properties_are_stored_unchanged() -> None:
         stored_message.pack(**fields, properties_data=b"x" * 32768)
 
 
+def test_too_large_for_one_log_entry() -> None:
+    fields = attrs.asdict(example(), recurse=False)
+    del fields["properties"], fields["body"]
+    fits = limits.STORED_MESSAGE_BYTES_MAX - stored_message.encoded_size(0, 10, 0)
+    assert len(stored_message.pack(**fields, body=bytes(fits), properties_data=b"")) == 4 << 20
+    with pytest.raises(MessageTooLarge) as caught:
+        stored_message.pack(**fields, body=bytes(fits + 1), properties_data=b"")
+    assert (caught.value.size, caught.value.limit) == (limits.STORED_MESSAGE_BYTES_MAX + 1, 4 << 20)
+
+
 def reason_of(data: bytes | bytearray, at: int = 0) -> str:
     with pytest.raises(CorruptMessage) as caught:
         stored_message.decode(data, at)
@@ -187,6 +198,32 @@ def reason_of(data: bytes | bytearray, at: int = 0) -> str:
 
 
 class TestCorruption:
+    @given(messages(), st.lists(st.tuples(st.integers(0, 10**4), st.integers(0, 255)), max_size=4))
+    @settings(max_examples=200)
+    def test_any_damage_is_a_named_error(
+        self, m: StoredMessage, damage: list[tuple[int, int]]
+    ) -> None:
+        """Whatever the bytes, readers return or raise CorruptMessage: never struct.error,
+        IndexError or UnicodeDecodeError."""
+        data = bytearray(stored_message.encode(m))
+        for offset, value in damage:
+            if not data:
+                break
+            if offset < len(data):
+                data[offset] = value
+            else:
+                del data[offset % len(data) :]
+        for read in (
+            stored_message.decode,
+            stored_message.read_dispatch,
+            stored_message.read_properties,
+            stored_message.read_tags,
+            stored_message.read_store_timestamp,
+            stored_message.read_queue_id,
+        ):
+            with contextlib.suppress(CorruptMessage):
+                read(data, 0)
+
     def test_flipped_body_byte(self) -> None:
         data = bytearray(stored_message.encode(example()))
         data[90] ^= 0x01
