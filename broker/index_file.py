@@ -16,7 +16,8 @@ has to start reading the log to recreate the file. Every other byte is a functio
 sequence of puts: a new file's header starts zeroed (RocketMQ seeds it with the previous file's
 end, which also skews the first item's time), and a message's items never straddle two files
 (a file too full for all of a message's keys is rolled first), so rebuilding from a file's
-name gives the same bytes as the incremental puts did.
+name gives the same bytes as the incremental puts did. That is also how a crash is repaired:
+the file being written at the last checkpoint is deleted and re-indexed from its name.
 
 Files are created sparse at full size (420,000,040 bytes by default) and mapped.
 """
@@ -316,21 +317,20 @@ class IndexStore:
         return found
 
     def truncate_from_position(self, phy_offset: int) -> int:
-        """Forget the index from `phy_offset` on (the log was cut there, or a crash may have
-        torn what was written after the last flush): deletes the file that was being written
-        at `phy_offset` and every later one. Returns the physical offset from which the caller
-        must index the log again (the first deleted file's name), or `phy_offset` if no file
-        was deleted. Re-indexing from there gives the bytes an uninterrupted run would have.
+        """Forget the index from `phy_offset` on: the log was cut there, or `phy_offset` is the
+        dispatcher's checkpoint (everything indexed below it was flushed) after a crash.
 
-        A file before `phy_offset` that a later file followed is kept: it was complete (rolled)
-        before `phy_offset`, so a flush at `phy_offset` made it durable."""
+        Deletes every file that begins at or after `phy_offset` and the last file that begins
+        before it: that file was being written at `phy_offset` and may have taken items after
+        it, torn in any mix of header, slots and items (the format has no CRC), whatever its
+        header now says. Files before it were rolled before `phy_offset` and are complete.
+        Returns the physical offset from which the caller must index the log again (the first
+        deleted file's name, at most `phy_offset`); re-indexing from there gives the bytes an
+        uninterrupted run would have."""
         keep = len(self._files)
         while keep > 0 and self._files[keep - 1].begin_phy_offset >= phy_offset:
             keep -= 1
-        if keep > 0 and (
-            keep == len(self._files) or self._files[keep - 1].end_phy_offset >= phy_offset
-        ):
-            keep -= 1  # it was being written at phy_offset, and may be torn after it
+        keep = max(keep - 1, 0)
         restart = phy_offset
         for f in self._files[keep:]:
             restart = min(restart, f.begin_phy_offset)
