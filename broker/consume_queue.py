@@ -11,7 +11,11 @@ negative physical offset is not a unit: all zeros is "not written yet".
 Every replica appends the same units in the same order, so the files are byte-identical. The
 dispatcher owns the order: `append` asserts that queue offsets are contiguous (a bug otherwise).
 Opening a queue recovers it: units after the first invalid one in the last file (a torn or
-zero-filled tail) are zeroed, and empty trailing files removed.
+zero-filled tail) are zeroed, and empty trailing files removed. Units carry no CRC, so that
+cannot catch a unit torn after its size field; after a crash the dispatcher cuts each queue back
+to what its checkpoint covered (`truncate_after`) and re-derives the rest from the log.
+`truncate_from_position` binary-searches the physical offsets: it is for a cut log under intact
+units, not for torn ones.
 """
 
 from __future__ import annotations
