@@ -73,6 +73,16 @@ def test_a_new_queue_may_start_mid_file(tmp_path: Path) -> None:
     q.close()
 
 
+def test_a_queue_started_mid_file_reopens_across_files(tmp_path: Path) -> None:
+    q = ConsumeQueue.open(tmp_path, UPF)
+    fill(q, 6, 7)  # units 6..12: files [4,8) (zeros at 4, 5), [8,12), [12,16)
+    q.close()
+    q = ConsumeQueue.open(tmp_path, UPF)
+    assert (q.min_queue_offset, q.max_queue_offset) == (6, 13)
+    assert q.read(6, 100) == [unit(k) for k in range(6, 13)]
+    q.close()
+
+
 @pytest.mark.parametrize("count", [1, 3, 4, 5, 8, 9])
 def test_reopen_finds_the_end(tmp_path: Path, count: int) -> None:
     q = ConsumeQueue.open(tmp_path, UPF)
