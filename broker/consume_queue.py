@@ -193,12 +193,13 @@ class ConsumeQueue:
         self._min = min(self._min, keep_end)
         self._any_start = False
 
-    def truncate_from_position(self, position: int) -> None:
-        """Drop every unit whose physical offset is >= `position` (the log was cut there)."""
+    def truncate_from_position(self, physical_offset: int) -> None:
+        """Drop every unit whose physical offset is >= `physical_offset` (the log was cut
+        there)."""
         low, high = self._min, self._max  # units are in ascending physical offset
         while low < high:
             mid = (low + high) // 2
-            if self.get(mid).physical_offset >= position:
+            if self.get(mid).physical_offset >= physical_offset:
                 high = mid
             else:
                 low = mid + 1
@@ -346,10 +347,10 @@ class ConsumeQueueSet:
         for (topic, queue_id), queue in sorted(self._queues.items()):
             yield topic, queue_id, queue
 
-    def truncate_from_position(self, position: int) -> None:
-        """Drop, in every queue, the units of messages at or after `position`."""
+    def truncate_from_position(self, physical_offset: int) -> None:
+        """Drop, in every queue, the units of messages at or after `physical_offset`."""
         for queue in self._queues.values():
-            queue.truncate_from_position(position)
+            queue.truncate_from_position(physical_offset)
 
     def flush(self) -> None:
         for queue in self._queues.values():

@@ -130,7 +130,7 @@ class IndexFile:
         """How many more items fit."""
         return self.item_count - self.index_count
 
-    def put(self, key: str, phy_offset: int, store_timestamp_ms: int) -> None:
+    def put(self, key: str, physical_offset: int, store_timestamp_ms: int) -> None:
         """Add one item; the caller made sure there is room."""
         assert self.index_count < self.item_count, self.path
         key_hash = index_key_hash(key)
@@ -140,7 +140,7 @@ class IndexFile:
             prev = 0
         if self.index_count == 1:
             self.begin_timestamp_ms = store_timestamp_ms
-            self.begin_phy_offset = phy_offset
+            self.begin_phy_offset = physical_offset
         if self.begin_timestamp_ms <= 0:
             time_diff = 0
         else:
@@ -149,13 +149,18 @@ class IndexFile:
             )
         number = self.index_count
         ITEM.pack_into(
-            self._mm, self._items_at + number * ITEM.size, key_hash, phy_offset, time_diff, prev
+            self._mm,
+            self._items_at + number * ITEM.size,
+            key_hash,
+            physical_offset,
+            time_diff,
+            prev,
         )
         SLOT.pack_into(self._mm, slot_at, number)
         if prev == 0:
             self.hash_slot_count += 1
         self.index_count += 1
-        self.end_phy_offset = phy_offset
+        self.end_phy_offset = physical_offset
         self.end_timestamp_ms = store_timestamp_ms
         HEADER.pack_into(
             self._mm,
@@ -187,14 +192,14 @@ class IndexFile:
         if number <= 0 or number > count or count <= 1:
             return
         while len(into) < count_max:
-            hash_read, phy_offset, time_diff, prev = ITEM.unpack_from(
+            hash_read, physical_offset, time_diff, prev = ITEM.unpack_from(
                 self._mm, self._items_at + number * ITEM.size
             )
             if time_diff < 0:
                 return
             time_read = self.begin_timestamp_ms + time_diff * 1000
             if hash_read == key_hash and begin_ms <= time_read <= end_ms:
-                into.append(phy_offset)
+                into.append(physical_offset)
             if prev <= 0 or prev > count or prev == number or time_read < begin_ms:
                 return
             number = prev
@@ -253,13 +258,13 @@ class IndexStore:
         topic: str,
         keys: str | None,
         uniq_key: str | None,
-        phy_offset: int,
+        physical_offset: int,
         store_timestamp_ms: int,
         sys_flag: int = 0,
     ) -> int:
         """Index one message (IndexService.buildIndex); returns the number of items put. A
         message at or before the last one indexed is skipped, so replaying the log is safe."""
-        if phy_offset <= self.end_phy_offset:
+        if physical_offset <= self.end_phy_offset:
             return 0
         if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
             return 0
@@ -269,9 +274,9 @@ class IndexStore:
         names = names[: self.item_count - 1]  # more keys than an empty file holds: the first ones
         last = self._files[-1] if self._files else None
         if last is None or last.room < len(names):
-            last = self._create(phy_offset)
+            last = self._create(physical_offset)
         for name in names:
-            last.put(name, phy_offset, store_timestamp_ms)
+            last.put(name, physical_offset, store_timestamp_ms)
         if not self._dirty or self._dirty[-1] is not last:
             self._dirty.append(last)
         return len(names)
@@ -290,8 +295,8 @@ class IndexStore:
             fields.sys_flag,
         )
 
-    def _create(self, phy_offset: int) -> IndexFile:
-        path = self.directory / mapped_file.file_name(phy_offset)
+    def _create(self, physical_offset: int) -> IndexFile:
+        path = self.directory / mapped_file.file_name(physical_offset)
         f = IndexFile.create(path, self.slot_count, self.item_count)
         self._files.append(f)
         return f
@@ -316,22 +321,22 @@ class IndexStore:
                 break
         return found
 
-    def truncate_from_position(self, phy_offset: int) -> int:
-        """Forget the index from `phy_offset` on: the log was cut there, or `phy_offset` is the
+    def truncate_from_position(self, physical_offset: int) -> int:
+        """Forget the index from `physical_offset` on: the log was cut there, or `physical_offset` is the
         dispatcher's checkpoint (everything indexed below it was flushed) after a crash.
 
-        Deletes every file that begins at or after `phy_offset` and the last file that begins
-        before it: that file was being written at `phy_offset` and may have taken items after
+        Deletes every file that begins at or after `physical_offset` and the last file that begins
+        before it: that file was being written at `physical_offset` and may have taken items after
         it, torn in any mix of header, slots and items (the format has no CRC), whatever its
-        header now says. Files before it were rolled before `phy_offset` and are complete.
+        header now says. Files before it were rolled before `physical_offset` and are complete.
         Returns the physical offset from which the caller must index the log again (the first
-        deleted file's name, at most `phy_offset`); re-indexing from there gives the bytes an
+        deleted file's name, at most `physical_offset`); re-indexing from there gives the bytes an
         uninterrupted run would have."""
         keep = len(self._files)
-        while keep > 0 and self._files[keep - 1].begin_phy_offset >= phy_offset:
+        while keep > 0 and self._files[keep - 1].begin_phy_offset >= physical_offset:
             keep -= 1
         keep = max(keep - 1, 0)
-        restart = phy_offset
+        restart = physical_offset
         for f in self._files[keep:]:
             restart = min(restart, f.begin_phy_offset)
             self._forget(f)
@@ -339,11 +344,11 @@ class IndexStore:
         del self._files[keep:]
         return restart
 
-    def delete_before_position(self, phy_offset: int) -> int:
-        """Delete the files whose every message lies below `phy_offset`, never the last one
+    def delete_before_position(self, physical_offset: int) -> int:
+        """Delete the files whose every message lies below `physical_offset`, never the last one
         (retention, after the log's head was deleted). Returns how many files went."""
         deleted = 0
-        while len(self._files) > 1 and self._files[0].end_phy_offset < phy_offset:
+        while len(self._files) > 1 and self._files[0].end_phy_offset < physical_offset:
             f = self._files.pop(0)
             self._forget(f)
             f.path.unlink()
