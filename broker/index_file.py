@@ -1,0 +1,398 @@
+"""RocketMQ's IndexFile (docs/formats.md#indexfile): messages by key, for queryMsgByKey/ById.
+
+    <root>/index/00000000000000004096    named by the physical offset of its first message
+
+A file is a header, a hash table of slots and an array of items; each item links to the item
+that held its slot before, so a slot heads a chain of the keys hashing to it, newest first.
+Keys are indexed as RocketMQ does: `topic#UNIQ_KEY`, then `topic#k` for each space-separated
+KEYS entry; rolled-back transactional messages are not indexed.
+
+Deterministic naming (a deviation): RocketMQ names an IndexFile by the wall-clock time at which
+the broker created it (yyyyMMddHHmmssSSS). Replicas create their files at different moments, so
+that name would differ between replicas of the same log. Here a file is created by the put of its
+first item and named by that message's physical offset (20 digits, as the ConsumeQueue and the
+log's segments), which is a pure function of the replicated log, and it is also where a rebuild
+has to start reading the log to recreate the file. Every other byte is a function of the
+sequence of puts: a new file's header starts zeroed (RocketMQ seeds it with the previous file's
+end, which also skews the first item's time), and a message's items never straddle two files
+(a file too full for all of a message's keys is rolled first), so rebuilding from a file's
+name gives the same bytes as the incremental puts did. That is also how a crash is repaired:
+the file being written at the last checkpoint is deleted and re-indexed from its name.
+
+Files are created sparse at full size (420,000,040 bytes by default) and mapped.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+
+from broker import limits, mapped_file, stored_message
+from broker import properties as props
+from broker.errors import CorruptIndexFile
+from broker.tag_hash import index_key_hash
+
+# IndexFile. Big-endian. Spec: docs/formats.md#indexfile; change both or neither.
+# Header, at 0:
+#  off len field              meaning
+#    0   8 begin_timestamp    store timestamp (ms) of the first item's message
+#    8   8 end_timestamp      store timestamp (ms) of the last item's message
+#   16   8 begin_phy_offset   physical offset of the first item's message (= the file name)
+#   24   8 end_phy_offset     physical offset of the last item's message
+#   32   4 hash_slot_count    slots in use
+#   36   4 index_count        1 + items in use (item 0 is never used: 0 means "no item")
+# Slots, at 40: slot_count x int32, the number of the newest item whose key hash maps to the
+# slot (key_hash % slot_count), 0 for none.
+# Items, at 40 + 4 * slot_count: item_count x 20 bytes, item k at 40 + 4*slot_count + 20*k:
+#    0   4 key_hash           abs(Java hashCode of "topic#key")
+#    4   8 phy_offset         physical offset of the message
+#   12   4 time_diff          (store timestamp - begin_timestamp) // 1000, in seconds, >= 0
+#   16   4 prev_index         the item that held this slot before, 0 for none
+HEADER = struct.Struct(">qqqqii")
+SLOT = struct.Struct(">i")
+ITEM = struct.Struct(">iqii")
+assert HEADER.size == limits.INDEX_HEADER_BYTES
+assert SLOT.size == limits.INDEX_SLOT_BYTES and ITEM.size == limits.INDEX_ITEM_BYTES
+INDEX_DIR = "index"
+TIME_DIFF_MAX_S = (1 << 31) - 1
+TRANSACTION_TYPE_MASK = 0xC  # sys_flag bits 2-3: 0 none, 4 prepared, 8 commit, 12 rollback
+TRANSACTION_ROLLBACK = 0xC
+TIMESTAMP_MAX_MS = (1 << 63) - 1
+
+
+def file_bytes(slot_count: int, item_count: int) -> int:
+    return HEADER.size + slot_count * SLOT.size + item_count * ITEM.size
+
+
+def index_keys(topic: str, keys: str | None, uniq_key: str | None) -> list[str]:
+    """The keys a message is indexed under, in the order RocketMQ puts them."""
+    result = [f"{topic}#{uniq_key}"] if uniq_key else []
+    if keys:
+        result.extend(f"{topic}#{key}" for key in keys.split(props.KEY_SEPARATOR) if key)
+    return result
+
+
+class IndexFile:
+    """One file: put items, walk a key's chain."""
+
+    def __init__(self, path: Path, mm: mmap.mmap, slot_count: int, item_count: int) -> None:
+        """Use IndexFile.create or IndexFile.open."""
+        self.path = path
+        self.slot_count = slot_count
+        self.item_count = item_count
+        self._mm = mm
+        self._items_at = HEADER.size + slot_count * SLOT.size
+        (
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = HEADER.unpack_from(mm, 0)
+
+    @classmethod
+    def create(cls, path: Path, slot_count: int, item_count: int) -> IndexFile:
+        mm = mapped_file.create(path, file_bytes(slot_count, item_count))
+        HEADER.pack_into(mm, 0, 0, 0, 0, 0, 0, 1)
+        return cls(path, mm, slot_count, item_count)
+
+    @classmethod
+    def open(cls, path: Path, slot_count: int, item_count: int) -> IndexFile:
+        """An existing file, its header checked against its name and geometry."""
+        size = file_bytes(slot_count, item_count)
+        if path.stat().st_size != size:
+            raise CorruptIndexFile(str(path), f"size {path.stat().st_size}, expected {size}")
+        f = cls(path, mapped_file.open_existing(path, size), slot_count, item_count)
+        reason = f._header_defect()
+        if reason is not None:
+            f.close()
+            raise CorruptIndexFile(str(path), reason)
+        return f
+
+    def _header_defect(self) -> str | None:
+        if not 1 <= self.index_count <= self.item_count:
+            return f"index count {self.index_count} outside 1..{self.item_count}"
+        if not 0 <= self.hash_slot_count <= min(self.slot_count, self.index_count - 1):
+            return f"hash slot count {self.hash_slot_count} with {self.index_count - 1} items"
+        if self.index_count > 1:
+            name = mapped_file.parse_file_name(self.path.name)
+            if name != self.begin_phy_offset:
+                return f"begin physical offset {self.begin_phy_offset} is not the file's name"
+            if self.end_phy_offset < self.begin_phy_offset:
+                return f"end physical offset {self.end_phy_offset} below the begin"
+        return None
+
+    @property
+    def room(self) -> int:
+        """How many more items fit."""
+        return self.item_count - self.index_count
+
+    def put(self, key: str, physical_offset: int, store_timestamp_ms: int) -> None:
+        """Add one item; the caller made sure there is room."""
+        assert self.index_count < self.item_count, self.path
+        key_hash = index_key_hash(key)
+        slot_at = HEADER.size + (key_hash % self.slot_count) * SLOT.size
+        prev = SLOT.unpack_from(self._mm, slot_at)[0]
+        if prev <= 0 or prev > self.index_count:
+            prev = 0
+        if self.index_count == 1:
+            self.begin_timestamp_ms = store_timestamp_ms
+            self.begin_phy_offset = physical_offset
+        if self.begin_timestamp_ms <= 0:
+            time_diff = 0
+        else:
+            time_diff = min(
+                max((store_timestamp_ms - self.begin_timestamp_ms) // 1000, 0), TIME_DIFF_MAX_S
+            )
+        number = self.index_count
+        ITEM.pack_into(
+            self._mm,
+            self._items_at + number * ITEM.size,
+            key_hash,
+            physical_offset,
+            time_diff,
+            prev,
+        )
+        SLOT.pack_into(self._mm, slot_at, number)
+        if prev == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = physical_offset
+        self.end_timestamp_ms = store_timestamp_ms
+        HEADER.pack_into(
+            self._mm,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether [begin_ms, end_ms] overlaps this file's time range (IndexFile.isTimeMatched)."""
+        return (
+            (begin_ms < self.begin_timestamp_ms and end_ms > self.end_timestamp_ms)
+            or self.begin_timestamp_ms <= begin_ms <= self.end_timestamp_ms
+            or self.begin_timestamp_ms <= end_ms <= self.end_timestamp_ms
+        )
+
+    def select(self, key: str, count_max: int, begin_ms: int, end_ms: int, into: list[int]) -> None:
+        """Append to `into` the physical offsets of items with the key's hash and a time in
+        [begin_ms, end_ms], newest first, until `into` holds count_max. Other keys with the same
+        hash come back too (as in RocketMQ): the caller checks the messages' keys."""
+        key_hash = index_key_hash(key)
+        slot_at = HEADER.size + (key_hash % self.slot_count) * SLOT.size
+        number = SLOT.unpack_from(self._mm, slot_at)[0]
+        count = self.index_count
+        if number <= 0 or number > count or count <= 1:
+            return
+        while len(into) < count_max:
+            hash_read, physical_offset, time_diff, prev = ITEM.unpack_from(
+                self._mm, self._items_at + number * ITEM.size
+            )
+            if time_diff < 0:
+                return
+            time_read = self.begin_timestamp_ms + time_diff * 1000
+            if hash_read == key_hash and begin_ms <= time_read <= end_ms:
+                into.append(physical_offset)
+            if prev <= 0 or prev > count or prev == number or time_read < begin_ms:
+                return
+            number = prev
+
+    def flush(self) -> None:
+        self._mm.flush()
+
+    def close(self) -> None:
+        self._mm.close()
+
+
+class IndexStore:
+    """Every IndexFile of a broker store: <root>/index/. Not thread-safe."""
+
+    def __init__(self, directory: Path, slot_count: int, item_count: int) -> None:
+        """Use IndexStore.open."""
+        assert slot_count >= 1 and item_count >= 2, (slot_count, item_count)
+        self.directory = directory
+        self.slot_count = slot_count
+        self.item_count = item_count
+        self._files: list[IndexFile] = []  # ascending by name
+        self._dirty: list[IndexFile] = []
+
+    @classmethod
+    def open(
+        cls,
+        root: Path,
+        slot_count: int = limits.INDEX_SLOTS_DEFAULT,
+        item_count: int = limits.INDEX_ITEMS_DEFAULT,
+    ) -> IndexStore:
+        """Open the index under `root`. A file with no item (created, never written) is
+        deleted; one whose header does not hold together raises CorruptIndexFile."""
+        store = cls(root / INDEX_DIR, slot_count, item_count)
+        store.directory.mkdir(parents=True, exist_ok=True)
+        for number in mapped_file.list_numbered(store.directory):
+            path = store.directory / mapped_file.file_name(number)
+            f = IndexFile.open(path, slot_count, item_count)
+            if f.index_count <= 1:
+                f.close()
+                path.unlink()
+                continue
+            store._files.append(f)
+        return store
+
+    @property
+    def file_names(self) -> list[str]:
+        return [f.path.name for f in self._files]
+
+    @property
+    def end_phy_offset(self) -> int:
+        """Physical offset of the last message indexed, -1 if none."""
+        return self._files[-1].end_phy_offset if self._files else -1
+
+    def index_message(
+        self,
+        topic: str,
+        keys: str | None,
+        uniq_key: str | None,
+        physical_offset: int,
+        store_timestamp_ms: int,
+        sys_flag: int = 0,
+    ) -> int:
+        """Index one message (IndexService.buildIndex); returns the number of items put. A
+        message at or before the last one indexed is skipped, so replaying the log is safe."""
+        if physical_offset <= self.end_phy_offset:
+            return 0
+        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
+            return 0
+        names = index_keys(topic, keys, uniq_key)
+        if not names:
+            return 0
+        names = names[: self.item_count - 1]  # more keys than an empty file holds: the first ones
+        last = self._files[-1] if self._files else None
+        if last is None or last.room < len(names):
+            last = self._create(physical_offset)
+        for name in names:
+            last.put(name, physical_offset, store_timestamp_ms)
+        if not self._dirty or self._dirty[-1] is not last:
+            self._dirty.append(last)
+        return len(names)
+
+    def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
+        """Index the stored message at `at` of `buf` (the dispatcher's and rebuild's path)."""
+        fields = stored_message.read_dispatch(buf, at)
+        keys = props.find(fields.properties, b"KEYS")
+        uniq = props.find(fields.properties, b"UNIQ_KEY")
+        return self.index_message(
+            fields.topic,
+            None if keys is None else keys.decode(errors="replace"),
+            None if uniq is None else uniq.decode(errors="replace"),
+            fields.physical_offset,
+            fields.store_timestamp_ms,
+            fields.sys_flag,
+        )
+
+    def _create(self, physical_offset: int) -> IndexFile:
+        path = self.directory / mapped_file.file_name(physical_offset)
+        f = IndexFile.create(path, self.slot_count, self.item_count)
+        self._files.append(f)
+        return f
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        count_max: int,
+        begin_ms: int = 0,
+        end_ms: int = TIMESTAMP_MAX_MS,
+    ) -> list[int]:
+        """Physical offsets of messages indexed under topic#key with a store time in
+        [begin_ms, end_ms], newest first, at most count_max (IndexService.queryOffset)."""
+        count_max = min(count_max, limits.INDEX_QUERY_COUNT_MAX)
+        name = f"{topic}#{key}"
+        found: list[int] = []
+        for f in reversed(self._files):
+            if f.time_matched(begin_ms, end_ms):
+                f.select(name, count_max, begin_ms, end_ms, found)
+            if f.begin_timestamp_ms < begin_ms or len(found) >= count_max:
+                break
+        return found
+
+    def truncate_from_position(self, physical_offset: int) -> int:
+        """Forget the index from `physical_offset` on: the log was cut there, or `physical_offset` is the
+        dispatcher's checkpoint (everything indexed below it was flushed) after a crash.
+
+        Deletes every file that begins at or after `physical_offset` and the last file that begins
+        before it: that file was being written at `physical_offset` and may have taken items after
+        it, torn in any mix of header, slots and items (the format has no CRC), whatever its
+        header now says. Files before it were rolled before `physical_offset` and are complete.
+        Returns the physical offset from which the caller must index the log again (the first
+        deleted file's name, at most `physical_offset`); re-indexing from there gives the bytes an
+        uninterrupted run would have."""
+        keep = len(self._files)
+        while keep > 0 and self._files[keep - 1].begin_phy_offset >= physical_offset:
+            keep -= 1
+        keep = max(keep - 1, 0)
+        restart = physical_offset
+        for f in self._files[keep:]:
+            restart = min(restart, f.begin_phy_offset)
+            self._forget(f)
+            f.path.unlink()
+        del self._files[keep:]
+        return restart
+
+    def delete_before_position(self, physical_offset: int) -> int:
+        """Delete the files whose every message lies below `physical_offset`, never the last one
+        (retention, after the log's head was deleted). Returns how many files went."""
+        deleted = 0
+        while len(self._files) > 1 and self._files[0].end_phy_offset < physical_offset:
+            f = self._files.pop(0)
+            self._forget(f)
+            f.path.unlink()
+            deleted += 1
+        return deleted
+
+    def _forget(self, f: IndexFile) -> None:
+        if f in self._dirty:
+            self._dirty.remove(f)
+        f.close()
+
+    def flush(self) -> None:
+        for f in self._dirty:
+            f.flush()
+        self._dirty = []
+
+    def close(self) -> None:
+        self.flush()
+        for f in self._files:
+            f.close()
+        self._files = []
+
+    def __enter__(self) -> IndexStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def rebuild(
+    root: Path,
+    records: Iterable[tuple[stored_message.Buffer, int]],
+    slot_count: int = limits.INDEX_SLOTS_DEFAULT,
+    item_count: int = limits.INDEX_ITEMS_DEFAULT,
+) -> IndexStore:
+    """The index of `root` made again from the stored messages `records` ((buffer, at) pairs,
+    in log order): every file is deleted unread (rebuilding is how a corrupt index is fixed),
+    then each message indexed as the dispatcher does."""
+    directory = root / INDEX_DIR
+    if directory.is_dir():
+        for number in mapped_file.list_numbered(directory):
+            (directory / mapped_file.file_name(number)).unlink()
+    store = IndexStore.open(root, slot_count, item_count)
+    for buf, at in records:
+        store.index_record(buf, at)
+    store.flush()
+    return store

@@ -1,0 +1,47 @@
+"""Java's String.hashCode as tag hash and index key hash, against values printed by OpenJDK 17
+(`"...".hashCode()` and `Math.abs(...)` in a throwaway H.java, run with `java H.java`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.tag_hash import index_key_hash, java_string_hash, tags_code
+
+JAVA = [  # (string, String.hashCode())
+    ("", 0),
+    ("a", 97),
+    ("abc", 96354),
+    ("TagA", 2598919),
+    ("TagB", 2598920),
+    ("hello", 99162322),
+    ("Hello World", -862545276),
+    ("polygenelubricants", -2147483648),  # Integer.MIN_VALUE: Math.abs keeps it negative
+    ("Aa", 2112),
+    ("BB", 2112),
+    ("été", 227742),
+    ("中文标签", 622041809),
+    ("\U0001f600", 1772899),  # outside the BMP: two UTF-16 surrogates, as Java counts
+    ("TopicTest#KEY-0", 173552480),
+    ("PressureTest#C0A8010A00002A9F0000000000000000", -240914146),
+    ("a b c", 90630118),
+    ("*", 42),
+    ("x" * 1000, -1715418112),
+]
+
+
+@pytest.mark.parametrize(("text", "java"), JAVA)
+def test_java_string_hash(text: str, java: int) -> None:
+    assert java_string_hash(text) == java
+
+
+@pytest.mark.parametrize(("text", "java"), JAVA)
+def test_tags_code_is_the_hash_widened_to_long(text: str, java: int) -> None:
+    assert tags_code(text) == java  # negative stays negative: sign-extended to int64
+    assert tags_code(None) == 0
+
+
+@pytest.mark.parametrize(("text", "java"), JAVA)
+def test_index_key_hash_is_abs(text: str, java: int) -> None:
+    expected = 0 if java == -(2**31) else abs(java)  # IndexFile maps MIN_VALUE to 0
+    assert index_key_hash(text) == expected
+    assert 0 <= index_key_hash(text) < 2**31
