@@ -135,7 +135,7 @@ class LanguageCode(enum.IntEnum):
     GO = 9
     PHP = 10
     OMS = 11
-    RUST = 12
+    RUST = 12  # 5.x
 
 
 class SerializeType(enum.IntEnum):

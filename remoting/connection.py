@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from remoting import limits
-from remoting.codes import FLAG_ONEWAY, ResponseCode, code_name
+from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, code_name
 from remoting.command import RemotingCommand
 from remoting.errors import ConnectionClosed, FrameError, RequestTimeout
 from remoting.frame import FrameDecoder, encode
@@ -195,32 +195,37 @@ class Connection:
 
     async def _handle(self, request: RemotingCommand) -> None:
         try:
-            if self._handler is None:
-                response = request.response(
-                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                    f"{code_name(request.code)} not supported: this side serves no requests",
-                )
-            else:
-                try:
-                    response = await self._handler(request, self)
-                except trio.Cancelled:
-                    raise
-                except Exception as err:  # a handler bug: answer it, log it, keep the connection
-                    log.exception("%s: handling %s failed", self.peer, code_name(request.code))
-                    response = request.response(
-                        ResponseCode.SYSTEM_ERROR, f"{type(err).__name__}: {err}"
-                    )
-            await self._answer(request, response)
+            try:
+                frame = encode(await self._response_to(request))
+            except Exception as err:  # a handler bug: answer it, log it, keep the connection
+                log.exception("%s: handling %s failed", self.peer, code_name(request.code))
+                remark = f"{type(err).__name__}: {err}"[:1000]
+                frame = encode(request.response(ResponseCode.SYSTEM_ERROR, remark))
+            if not request.is_oneway:
+                await self._put(frame)
         except ConnectionClosed:
             log.debug("%s: closed before %s was answered", self.peer, code_name(request.code))
         finally:
             self._in_flight -= 1
 
+    async def _response_to(self, request: RemotingCommand) -> RemotingCommand:
+        if self._handler is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {request.code} not supported: this side serves no requests",
+            )
+        response = await self._handler(request, self)
+        # Matching is this connection's job: whatever the handler built, it answers this request.
+        return attrs.evolve(
+            response,
+            opaque=request.opaque,
+            flag=FLAG_RESPONSE,
+            serialization=request.serialization,
+        )
+
     async def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
-        if request.is_oneway:
-            return
-        assert response.opaque == request.opaque and response.is_response, response
-        await self._put(encode(response))
+        if not request.is_oneway:
+            await self._put(encode(response))
 
     async def _put(self, frame: bytes) -> None:
         try:

@@ -149,7 +149,8 @@ class FrameDecoder:
         header_at = start + PREFIX.size
         body_at = header_at + header_len
         end = start + limits.LENGTH_BYTES + length
-        header, body = bytes(buf[header_at:body_at]), bytes(buf[body_at:end])
+        with memoryview(buf) as view:  # one copy of each part, not two
+            header, body = bytes(view[header_at:body_at]), bytes(view[body_at:end])
         self._start = end
         return decode_header(serialization, header, body)
 

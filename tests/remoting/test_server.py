@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, SerializeType
 from remoting.connection import Connection
 from remoting.dispatch import Dispatcher
 from remoting.errors import ConnectionClosed, RequestTimeout
@@ -255,3 +255,32 @@ async def test_connections_max() -> None:
         async with raw_client(server) as second:
             assert await second.receive_some() == b""  # refused at once
         assert (await first.request(RemotingCommand.request(10), timeout_s=5)).code == 0
+
+
+async def test_handler_answers_are_matched_whatever_it_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler's answer is sent as the response to its request; an unencodable one is a
+    SYSTEM_ERROR, and a body past the frame limit too, and the connection goes on."""
+
+    async def fresh(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        return RemotingCommand(code=0, ext_fields={"x": "1"})  # no opaque, no response bit
+
+    async def unencodable(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        return request.response(ext_fields={"n": 5})  # type: ignore[dict-item]
+
+    async def too_big(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        return request.response(body=b"x" * (16 << 20))
+
+    server = RemotingServer(Dispatcher({10: fresh, 11: unencodable, 12: too_big}))
+    async with served(server) as conn:
+        binary = RemotingCommand.request(10, serialization=SerializeType.ROCKETMQ)
+        answer = await conn.request(binary, timeout_s=5)
+        assert answer.ext_fields == {"x": "1"} and answer.serialization is SerializeType.ROCKETMQ
+        failed = await conn.request(
+            RemotingCommand.request(11, serialization=SerializeType.ROCKETMQ), timeout_s=5
+        )
+        assert failed.code == ResponseCode.SYSTEM_ERROR
+        assert (await conn.request(RemotingCommand.request(12), timeout_s=5)).code == 1
+        assert (await conn.request(RemotingCommand.request(10), timeout_s=5)).code == 0
+    assert "handling" in caplog.text
