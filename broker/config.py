@@ -65,10 +65,14 @@ NAMESRV_HEARTBEAT_MS_DEFAULT = 3000
 NAMESRV_HEARTBEAT_MS_MIN = 100  # each registration carries every topic config to every namesrv
 NAMESRV_HEARTBEAT_MS_MAX = NAMESRV_BROKER_EXPIRY_MS // 3
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+RAFT_TIMING = "tickMs, heartbeatMs, electionTimeoutMs, electionTimeoutMaxMs"
+# 32 mapped segments (dledger's SEGMENTS_OPEN_MAX) then take at most 128 GiB of address space
+SEGMENT_BYTES_MAX = 4 << 30
 
 # maxMessageSize bounds the whole stored record, as RocketMQ's CommitLog checks it, and the
 # record is the body of one log entry: it can be lowered, never raised past what an entry holds.
 assert broker_limits.STORED_MESSAGE_BYTES_MAX <= dledger_limits.ENTRY_BODY_BYTES_MAX
+assert dledger_limits.SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX
 assert NAMESRV_HEARTBEAT_MS_MIN <= NAMESRV_HEARTBEAT_MS_DEFAULT <= NAMESRV_HEARTBEAT_MS_MAX
 
 # RocketMQ keys that users' files commonly carry and that mean nothing on DLedger: accepted, with
@@ -137,12 +141,21 @@ class BrokerConfig:
                 f"listenPort: {self.listen} is also this replica's Raft address in dLegerPeers"
             )
         check_broker_ip(self.broker_ip)
+        if self.preferred_leader is not None and self.preferred_leader not in self.peers:
+            raise ConfigError(f"preferredLeaderId {self.preferred_leader!r} is not in dLegerPeers")
+        entry_bytes_max = dledger_limits.ENTRY_HEADER_BYTES + self.message_bytes_max
+        if entry_bytes_max > self.segment_bytes:  # no entry spans two segments
+            raise ConfigError(
+                f"maxMessageSize ({self.message_bytes_max}) plus the log entry header "
+                f"({dledger_limits.ENTRY_HEADER_BYTES}) must fit one segment "
+                f"(mappedFileSizeCommitLog {self.segment_bytes})"
+            )
         if len(set(self.namesrv)) != len(self.namesrv):
             raise ConfigError("namesrvAddr names a name server twice")
         try:
             self.node_config()
         except ConfigError as err:
-            raise ConfigError(f"dledger settings: {err}") from err
+            raise ConfigError(f"{RAFT_TIMING}: {err}") from err
 
     @property
     def log_dir(self) -> Path:
@@ -370,7 +383,7 @@ KEYS: tuple[Key, ...] = (
     Key("autoCreateSubscriptionGroup", "--auto-create-subscription-group",
         "auto_create_subscription_group", read_bool, "create a group on first use"),
     Key("mappedFileSizeCommitLog", "--segment-bytes", "segment_bytes",
-        read_int(dledger_limits.SEGMENT_BYTES_MIN, 1 << 62),
+        read_int(dledger_limits.SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
         "log segment size; the same on every replica"),
     Key("tickMs", "--tick-ms", "tick_ms", read_ms, "Raft tick", rocketmq=False),
     Key("heartbeatMs", "--heartbeat-ms", "heartbeat_ms", read_ms, "Raft heartbeat",
