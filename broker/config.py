@@ -350,7 +350,7 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     Key("brokerClusterName", "--cluster", "cluster", read_name, "cluster this group belongs to"),
-    Key("brokerName", "--group", "group", read_name, "broker group = Raft group (required)"),
+    Key("brokerName", "--group", "group", read_name, "broker group = Raft group"),
     Key("dLegerGroup", None, "group", read_name, "the same as brokerName; if both, equal"),
     Key("dLegerSelfId", "--self-id", "self_id", read_name, "this replica, one of the peers"),
     Key("dLegerPeers", "--peers", "peers", read_peers, '"n0-host:port;n1-host:port;..." Raft'),
@@ -366,7 +366,7 @@ KEYS: tuple[Key, ...] = (
     Key("registerNameServerPeriod", "--namesrv-heartbeat-ms", "namesrv_heartbeat_ms",
         read_int(NAMESRV_HEARTBEAT_MS_MIN, NAMESRV_HEARTBEAT_MS_MAX),
         "re-register with every name server this often (ms)"),
-    Key("storePathRootDir", "--store", "store_root", read_name, "store root (required)"),
+    Key("storePathRootDir", "--store", "store_root", read_name, "the replica's store root"),
     Key("flushDiskType", "--flush", "flush", read_flush, "SYNC_FLUSH or ASYNC_FLUSH"),
     Key("fileReservedTime", "--file-reserved-hours", "file_reserved_hours", read_hours,
         "keep log segments this many hours"),
@@ -469,16 +469,30 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the effective configuration as key=value lines and exit",
     )
-    p.add_argument("--listen", help=f"host:port clients connect to ({BIND_HOST_DEFAULT}:10911)")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"where clients connect (bindAddress, listenPort; default {LISTEN_DEFAULT})",
+    )
+    defaults = {field.name: field.default for field in attrs.fields(BrokerConfig)}
     for key in KEYS:
         if key.flag is None:
             continue
         flags = [key.flag, "-n"] if key.flag == "--namesrv" else [key.flag]
         dest = key.field
-        if key.read is read_bool:
-            p.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, help=key.help)
+        default = defaults.get(key.field)
+        if key.field in REQUIRED:
+            shown = "; required"
+        elif default in (None, attrs.NOTHING, ()) or hasattr(default, "factory"):
+            shown = ""  # none, or derived from another setting
         else:
-            p.add_argument(*flags, dest=dest, help=f"{key.help} ({key.name})")
+            shown = f"; default {key.format(default)}"
+        help = f"{key.help} ({key.name}{shown})".replace("%", "%%")  # argparse %-formats help
+        if key.read is read_bool:
+            p.add_argument(*flags, dest=dest, action=argparse.BooleanOptionalAction, help=help)
+        else:
+            metavar = key.flag.lstrip("-").replace("-", "_").upper()
+            p.add_argument(*flags, dest=dest, metavar=metavar, help=help)
     return p
 
 

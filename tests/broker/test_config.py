@@ -192,6 +192,16 @@ class TestFlags:
         assert config.auto_create_subscription_group is False
 
 
+def test_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_or_exit(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for key in bc.KEYS:
+        if key.flag is not None:
+            assert key.flag in out and key.name in out, key.name
+
+
 def test_defaults() -> None:
     config = config_from_argv(REQUIRED)
     assert config.cluster == "DefaultCluster"
