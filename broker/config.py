@@ -9,6 +9,8 @@ Pure but for reading the properties file. Every setting is one row of `KEYS` (it
 how its text is read and printed), so the parser, the file, `-m` and the docs agree. Anything
 an operator can get wrong stops start-up with one line naming the key, and where it came from
 (`--flag`, or `file:line`), and exit status 2; `parse_or_exit` does that for `main()`.
+The table, its readers and the command line stay in one module (past 400 lines) because they
+are read together; the .properties syntax is broker/properties_file.py.
 
 Store layout: `--store` (storePathRootDir) is the replica's store root, as in RocketMQ.
 
@@ -35,6 +37,7 @@ import attrs
 from broker import limits as broker_limits
 from broker.consume_queue import CONSUME_QUEUE_DIR
 from broker.index_file import INDEX_DIR
+from broker.properties_file import Property, read_properties
 from dledger import limits as dledger_limits
 from dledger.config import (
     GROUP,
@@ -126,6 +129,14 @@ class BrokerConfig:
     log_level: str = "INFO"
 
     def __attrs_post_init__(self) -> None:
+        for key in KEYS:  # each value within its key's range, and -m prints what reads back
+            value = field_value(self, key.field)
+            try:
+                same = key.read(key.format(value)) == value
+            except ValueError as err:
+                raise ConfigError(f"{key.name}: {err}") from None
+            if not same:
+                raise ConfigError(f"{key.name}: {value!r} does not read back from its text")
         if not GROUP.match(self.group):
             raise ConfigError(
                 f"brokerName {self.group!r} must be 1-128 letters, digits, '_', '.', '-'"
@@ -208,6 +219,14 @@ class BrokerConfig:
         )
 
 
+def field_value(config: BrokerConfig, field: str) -> Any:
+    """A field by its KEYS name: "cluster", or "listen.port" for a part of one."""
+    value: Any = config
+    for part in field.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def check_broker_ip(text: str) -> None:
     """brokerIP1 goes into every stored message and message id: an IP clients can reach."""
     try:
@@ -226,6 +245,7 @@ def check_broker_ip(text: str) -> None:
 
 INTEGER = re.compile(r"^-?[0-9]+$")
 DECIMAL = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+HOUR = re.compile(r"^[0-9]{1,2}$")
 
 
 def read_int(low: int, high: int) -> Callable[[str], int]:
@@ -241,8 +261,8 @@ def read_int(low: int, high: int) -> Callable[[str], int]:
 
 
 def read_bool(text: str) -> bool:
-    """ "true" or "false" in any case. (Java's parseBoolean takes anything else as false; a
-    typo here would silently flip a setting, so we refuse it.)"""
+    """True or false, in any case. Java's parseBoolean reads any other word as false, so a
+    typo would silently flip the setting; we refuse it."""
     if text.lower() == "true":
         return True
     if text.lower() == "false":
@@ -269,7 +289,7 @@ def read_delete_when(text: str) -> int:
     hours = [part.strip() for part in text.split(";") if part.strip()]
     if len(hours) > 1:
         raise ValueError(f"{text!r} names {len(hours)} hours; this broker deletes at one, e.g. 04")
-    if not hours or not hours[0].isdigit() or not 0 <= int(hours[0]) <= 23:
+    if len(hours) != 1 or not HOUR.match(hours[0]) or not 0 <= int(hours[0]) <= 23:
         raise ValueError(f"{text!r} is not an hour 00-23")
     return int(hours[0])
 
@@ -302,6 +322,10 @@ def read_namesrv(text: str) -> tuple[Address, ...]:
 
 def read_port(text: str) -> int:
     return read_int(1, 65535)(text)
+
+
+def read_path(text: str) -> Path:
+    return Path(read_name(text))
 
 
 def read_optional_name(text: str) -> str | None:
@@ -366,7 +390,7 @@ KEYS: tuple[Key, ...] = (
     Key("registerNameServerPeriod", "--namesrv-heartbeat-ms", "namesrv_heartbeat_ms",
         read_int(NAMESRV_HEARTBEAT_MS_MIN, NAMESRV_HEARTBEAT_MS_MAX),
         "re-register with every name server this often (ms)"),
-    Key("storePathRootDir", "--store", "store_root", read_name, "the replica's store root"),
+    Key("storePathRootDir", "--store", "store_root", read_path, "the replica's store root"),
     Key("flushDiskType", "--flush", "flush", read_flush, "SYNC_FLUSH or ASYNC_FLUSH"),
     Key("fileReservedTime", "--file-reserved-hours", "file_reserved_hours", read_hours,
         "keep log segments this many hours"),
@@ -400,50 +424,6 @@ REQUIRED = {"group": "brokerName", "self_id": "dLegerSelfId", "peers": "dLegerPe
             "store_root": "storePathRootDir"}  # fmt: skip
 FLAG_OF_FIELD = {key.field: key.flag for key in KEYS if key.flag is not None}
 FLAG_OF_FIELD["listen.host"] = FLAG_OF_FIELD["listen.port"] = "--listen"
-
-
-# --- the properties file ---------------------------------------------------------------------
-
-
-@attrs.frozen
-class Property:
-    value: str
-    origin: str  # "broker.properties:12"
-
-
-PROPERTY_LINE = re.compile(r"^([^=:\s]+)\s*[=:]?\s*(.*)$")
-
-
-def parse_properties(text: str, source: str) -> dict[str, Property]:
-    """Java .properties as RocketMQ's files use it: `key=value`, `key: value` or `key value`,
-    `#`/`!` comments, blank lines, whitespace trimmed. Backslash escapes and continuation
-    lines are refused rather than misread; so is a key given twice (Java keeps the last)."""
-    found: dict[str, Property] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        origin = f"{source}:{number}"
-        match = PROPERTY_LINE.match(stripped)
-        if match is None:
-            raise ConfigError(f"{origin}: no key before {stripped[0]!r}")
-        key, value = match.group(1), match.group(2).strip()
-        if "\\" in stripped:
-            raise ConfigError(f"{origin}: {key}: backslash escapes are not supported")
-        if key in found:
-            raise ConfigError(f"{origin}: {key} is already set at {found[key].origin}")
-        found[key] = Property(value, origin)
-    return found
-
-
-def read_properties(path: Path) -> dict[str, Property]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    return parse_properties(text, str(path))
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -517,9 +497,6 @@ def _parse(argv: Sequence[str] | None) -> tuple[BrokerConfig, bool]:
     host = values.pop("listen.host", BIND_HOST_DEFAULT)
     port = values.pop("listen.port", LISTEN_PORT_DEFAULT)
     values["listen"] = Address(host, port)
-    values["store_root"] = Path(values["store_root"])
-    if values.get("namesrv") is not None:
-        values["namesrv"] = tuple(values["namesrv"])
     return BrokerConfig(**values), bool(args.print_config)
 
 
@@ -567,10 +544,7 @@ def format_properties(config: BrokerConfig) -> str:
     for key in KEYS:
         if key.name == "dLegerGroup":
             continue  # the same as brokerName
-        value: Any = config
-        for part in key.field.split("."):
-            value = getattr(value, part)
-        lines.append(f"{key.name}={key.format(value)}")
+        lines.append(f"{key.name}={key.format(field_value(config, key.field))}")
     return "\n".join(lines) + "\n"
 
 

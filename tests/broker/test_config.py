@@ -367,3 +367,21 @@ def test_docs_list_every_key_and_flag() -> None:
             assert f"`{key.flag}" in row, row
     for name in bc.IGNORED_KEYS:
         assert f"`{name}`" in DOCS.read_text(), name
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [({"default_topic_queues": 0}, "defaultTopicQueueNums"), ({"log_level": "debug"}, "logLevel"),
+     ({"message_bytes_max": 5 << 20}, "maxMessageSize"), ({"delete_when_hour": 24}, "deleteWhen"),
+     ({"file_reserved_hours": -1.0}, "fileReservedTime")],
+)  # fmt: skip
+def test_direct_construction_checks_each_range(change: dict[str, object], key: str) -> None:
+    """A value out of its key's range is refused however the config is built."""
+    peers = {"n0": Address("127.0.0.1", 40911)}
+    with pytest.raises(ConfigError, match=key):
+        BrokerConfig(group="g", self_id="n0", peers=peers, store_root=Path("s"), **change)
+
+
+def test_unicode_digits_are_not_an_hour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "deleteWhen=\u00b2\n")
+    assert "deleteWhen" in fails(["-c", str(path), *REQUIRED], capsys)
