@@ -50,6 +50,7 @@ from dledger.config import (
 )
 from dledger.log.layout import STORE_DIR
 from dledger.log.store import FlushPolicy, StoreConfig
+from namesrv import limits as namesrv_limits
 
 log = logging.getLogger("broker.config")
 
@@ -60,10 +61,10 @@ LISTEN_PORT_DEFAULT = 10911  # RocketMQ's listenPort default
 BIND_HOST_DEFAULT = "127.0.0.1"  # tests bind only 127.0.0.0/8; serving others takes --listen
 LISTEN_DEFAULT = Address(BIND_HOST_DEFAULT, LISTEN_PORT_DEFAULT)
 DEFAULT_TOPIC_QUEUES_MAX = 1024  # each queue is a directory of files and a row in every route
-# The namesrv forgets a broker it has not heard from for this long (ours: 10 s, not RocketMQ's
-# 120 s), so a broker re-registers at least 3 times per expiry: two lost registrations in a row
-# do not drop its routes.
-NAMESRV_BROKER_EXPIRY_MS = 10_000
+# The namesrv forgets a broker it has not heard from for this long (by default 10 s, not
+# RocketMQ's 120 s), so a broker re-registers at least 3 times per expiry: two lost
+# registrations in a row do not drop its routes.
+NAMESRV_BROKER_EXPIRY_MS = round(namesrv_limits.BROKER_EXPIRY_S_DEFAULT * 1000)
 NAMESRV_HEARTBEAT_MS_DEFAULT = 3000
 NAMESRV_HEARTBEAT_MS_MIN = 100  # each registration carries every topic config to every namesrv
 NAMESRV_HEARTBEAT_MS_MAX = NAMESRV_BROKER_EXPIRY_MS // 3
