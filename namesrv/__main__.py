@@ -1,0 +1,5 @@
+import sys
+
+from namesrv.server import main
+
+sys.exit(main())

@@ -1,0 +1,250 @@
+"""One remoting connection over a trio stream, the same on the server and the client side.
+
+The peer's requests each run in their own task (at most REQUESTS_IN_FLIGHT_MAX at once; past
+that one is answered SYSTEM_BUSY at once), so a long-polled pull never holds up the requests
+behind it. Every request gets exactly one answer, unless it has the one-way bit: the C++ client
+sends what it treats as one-way with flag 0, and drops the answer. Answers and our own requests
+go out through one writer task and a bounded outbox. Our own requests (`request`,
+`send_oneway`) are matched to their responses by opaque, with any number in flight.
+
+A frame we cannot read (too large, a lying length, a bad header) ends this connection with one
+log line; other connections never notice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from remoting import limits
+from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, code_name
+from remoting.command import RemotingCommand
+from remoting.errors import ConnectionClosed, FrameError, RequestTimeout
+from remoting.frame import FrameDecoder, encode
+
+log = logging.getLogger("remoting.connection")
+
+# Answers a request; it returns the response (`request.response(...)`). Exceptions it raises
+# become SYSTEM_ERROR answers (see remoting/dispatch.py for the code table that builds one).
+RequestHandler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand]]
+
+TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+
+@attrs.define
+class _Waiter:
+    """One of our requests awaiting its response."""
+
+    done: trio.Event = attrs.field(factory=trio.Event)
+    response: RemotingCommand | None = None
+
+
+class Connection:
+    """Run it with `await connection.run()` in a task; it returns when the connection ends."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        handler: RequestHandler | None,
+        *,
+        peer: str,
+        frame_bytes_max: int = limits.FRAME_BYTES_MAX,
+        requests_in_flight_max: int = limits.REQUESTS_IN_FLIGHT_MAX,
+    ) -> None:
+        self.peer = peer
+        self._stream = stream
+        self._handler = handler
+        self._decoder = FrameDecoder(frame_bytes_max)
+        self._outbox_in, self._outbox_out = trio.open_memory_channel[bytes](
+            limits.OUTBOX_FRAMES_MAX
+        )
+        self._in_flight = 0
+        self._in_flight_max = requests_in_flight_max
+        self._opaques = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._pending_slots = trio.Semaphore(limits.PENDING_RESPONSES_MAX)
+        self._closed_reason: str | None = None
+        self._cancel_scope = trio.CancelScope()
+        self._ended = trio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed_reason is not None
+
+    @property
+    def requests_in_flight(self) -> int:
+        """The peer's requests being handled now."""
+        return self._in_flight
+
+    # --- our requests ----------------------------------------------------------------------
+
+    async def request(
+        self, command: RemotingCommand, timeout_s: float = limits.REQUEST_TIMEOUT_S_DEFAULT
+    ) -> RemotingCommand:
+        """Send `command` and return its response; RequestTimeout or ConnectionClosed if none."""
+        assert not command.is_response and not command.is_oneway, command
+        opaque = self._next_opaque()
+        try:
+            with trio.fail_after(timeout_s):
+                async with self._pending_slots:
+                    self._raise_if_closed()
+                    waiter = self._waiters[opaque] = _Waiter()
+                    try:
+                        await self._put(encode(attrs.evolve(command, opaque=opaque)))
+                        await waiter.done.wait()
+                    finally:
+                        del self._waiters[opaque]
+        except trio.TooSlowError:
+            raise RequestTimeout(self.peer, command.code, opaque, timeout_s) from None
+        if waiter.response is None:
+            self._raise_if_closed()
+        assert waiter.response is not None
+        return waiter.response
+
+    async def send_oneway(self, command: RemotingCommand) -> None:
+        """Send `command` with the one-way bit; the peer does not answer."""
+        assert not command.is_response, command
+        self._raise_if_closed()
+        one_way = attrs.evolve(command, opaque=self._next_opaque(), flag=command.flag | FLAG_ONEWAY)
+        await self._put(encode(one_way))
+
+    def _next_opaque(self) -> int:
+        return next(self._opaques) & 0x7FFFFFFF  # C++ masks the sign bit too
+
+    def _raise_if_closed(self) -> None:
+        if self._closed_reason is not None:
+            raise ConnectionClosed(self.peer, self._closed_reason)
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read, handle and answer until the peer closes, a frame is bad, or `close()`."""
+        reason = "closed by us"
+        try:
+            with self._cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write)
+                    reason = await self._read(nursery)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._end(reason)
+            with trio.CancelScope(shield=True):
+                await self._stream.aclose()
+            self._ended.set()
+
+    def close(self, reason: str = "closed by us") -> None:
+        """End the connection: `run()` returns, waiting requesters get ConnectionClosed."""
+        self._end(reason)
+        self._cancel_scope.cancel()
+
+    async def wait_closed(self) -> None:
+        await self._ended.wait()
+
+    def _end(self, reason: str) -> None:
+        if self._closed_reason is None:
+            self._closed_reason = reason
+        self._outbox_in.close()  # senders blocked on a full outbox wake with ConnectionClosed
+        for waiter in self._waiters.values():
+            waiter.done.set()  # with no response: the requester raises ConnectionClosed
+
+    async def _read(self, nursery: trio.Nursery) -> str:
+        """Returns why the connection ended."""
+        try:
+            while True:
+                for command in self._decoder.commands():
+                    if command.is_response:
+                        self._deliver(command)
+                    else:
+                        await self._start_handling(command, nursery)
+                data = await self._stream.receive_some(limits.RECEIVE_BYTES)
+                if not data:
+                    self._decoder.check_closed()
+                    return "closed by the peer"
+                self._decoder.feed(data)
+        except FrameError as err:
+            log.warning("closing connection from %s: %s", self.peer, err)
+            return str(err)
+        except ConnectionClosed as err:  # closed while we answered an overload
+            return err.reason
+        except TRANSPORT_ERRORS as err:
+            log.debug("connection from %s broke: %r", self.peer, err)
+            return f"transport error: {err!r}"
+
+    def _deliver(self, response: RemotingCommand) -> None:
+        waiter = self._waiters.get(response.opaque)
+        if waiter is None:  # its requester timed out and left
+            log.debug("%s: response to unknown opaque %d dropped", self.peer, response.opaque)
+            return
+        waiter.response = response
+        waiter.done.set()
+
+    async def _start_handling(self, request: RemotingCommand, nursery: trio.Nursery) -> None:
+        if self._in_flight >= self._in_flight_max:
+            remark = (
+                f"[OVERLOAD] {self._in_flight} requests of this connection are being handled; "
+                "try again later"
+            )
+            await self._answer(request, request.response(ResponseCode.SYSTEM_BUSY, remark))
+            return
+        self._in_flight += 1
+        nursery.start_soon(self._handle, request)
+
+    async def _handle(self, request: RemotingCommand) -> None:
+        try:
+            try:
+                frame = encode(await self._response_to(request))
+            except Exception as err:  # a handler bug: answer it, log it, keep the connection
+                log.exception("%s: handling %s failed", self.peer, code_name(request.code))
+                remark = f"{type(err).__name__}: {err}"[:1000]
+                frame = encode(request.response(ResponseCode.SYSTEM_ERROR, remark))
+            if not request.is_oneway:
+                await self._put(frame)
+        except ConnectionClosed:
+            log.debug("%s: closed before %s was answered", self.peer, code_name(request.code))
+        finally:
+            self._in_flight -= 1
+
+    async def _response_to(self, request: RemotingCommand) -> RemotingCommand:
+        if self._handler is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {request.code} not supported: this side serves no requests",
+            )
+        response = await self._handler(request, self)
+        # Matching is this connection's job: whatever the handler built, it answers this request.
+        return attrs.evolve(
+            response,
+            opaque=request.opaque,
+            flag=FLAG_RESPONSE,
+            serialization=request.serialization,
+        )
+
+    async def _answer(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        if not request.is_oneway:
+            await self._put(encode(response))
+
+    async def _put(self, frame: bytes) -> None:
+        try:
+            await self._outbox_in.send(frame)
+        except trio.ClosedResourceError:
+            self._raise_if_closed()
+            raise
+
+    async def _write(self) -> None:
+        """The one task that sends; it batches what is queued into one send_all."""
+        try:
+            async for frame in self._outbox_out:
+                batch = [frame]
+                while True:
+                    try:
+                        batch.append(self._outbox_out.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+        except TRANSPORT_ERRORS as err:
+            log.debug("connection to %s broke while writing: %r", self.peer, err)
+            self.close(f"transport error: {err!r}")

@@ -1,0 +1,88 @@
+"""Codes carry RocketMQ 4.9.4's numbers (RequestCode.java, ResponseCode.java)."""
+
+from __future__ import annotations
+
+from remoting.codes import LanguageCode, RequestCode, ResponseCode, code_name
+
+REQUESTS = {
+    "SEND_MESSAGE": 10,
+    "PULL_MESSAGE": 11,
+    "QUERY_MESSAGE": 12,
+    "QUERY_CONSUMER_OFFSET": 14,
+    "UPDATE_CONSUMER_OFFSET": 15,
+    "UPDATE_AND_CREATE_TOPIC": 17,
+    "GET_ALL_TOPIC_CONFIG": 21,
+    "GET_BROKER_CONFIG": 26,
+    "GET_BROKER_RUNTIME_INFO": 28,
+    "SEARCH_OFFSET_BY_TIMESTAMP": 29,
+    "GET_MAX_OFFSET": 30,
+    "GET_MIN_OFFSET": 31,
+    "GET_EARLIEST_MSG_STORETIME": 32,
+    "VIEW_MESSAGE_BY_ID": 33,
+    "HEART_BEAT": 34,
+    "UNREGISTER_CLIENT": 35,
+    "CONSUMER_SEND_MSG_BACK": 36,
+    "END_TRANSACTION": 37,
+    "GET_CONSUMER_LIST_BY_GROUP": 38,
+    "CHECK_TRANSACTION_STATE": 39,
+    "NOTIFY_CONSUMER_IDS_CHANGED": 40,
+    "LOCK_BATCH_MQ": 41,
+    "UNLOCK_BATCH_MQ": 42,
+    "REGISTER_BROKER": 103,
+    "UNREGISTER_BROKER": 104,
+    "GET_ROUTEINFO_BY_TOPIC": 105,
+    "GET_BROKER_CLUSTER_INFO": 106,
+    "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP": 200,
+    "GET_ALL_SUBSCRIPTIONGROUP_CONFIG": 201,
+    "GET_TOPIC_STATS_INFO": 202,
+    "GET_CONSUMER_CONNECTION_LIST": 203,
+    "GET_ALL_TOPIC_LIST_FROM_NAMESERVER": 206,
+    "DELETE_SUBSCRIPTIONGROUP": 207,
+    "GET_CONSUME_STATS": 208,
+    "DELETE_TOPIC_IN_BROKER": 215,
+    "DELETE_TOPIC_IN_NAMESRV": 216,
+    "RESET_CONSUMER_CLIENT_OFFSET": 220,
+    "GET_CONSUMER_STATUS_FROM_CLIENT": 221,
+    "GET_TOPICS_BY_CLUSTER": 224,
+    "GET_CONSUMER_RUNNING_INFO": 307,
+    "CONSUME_MESSAGE_DIRECTLY": 309,
+    "SEND_MESSAGE_V2": 310,
+    "SEND_BATCH_MESSAGE": 320,
+    "QUERY_DATA_VERSION": 322,
+}
+
+RESPONSES = {
+    "SUCCESS": 0,
+    "SYSTEM_ERROR": 1,
+    "SYSTEM_BUSY": 2,
+    "REQUEST_CODE_NOT_SUPPORTED": 3,
+    "FLUSH_DISK_TIMEOUT": 10,
+    "SLAVE_NOT_AVAILABLE": 11,
+    "FLUSH_SLAVE_TIMEOUT": 12,
+    "MESSAGE_ILLEGAL": 13,
+    "SERVICE_NOT_AVAILABLE": 14,
+    "NO_PERMISSION": 16,
+    "TOPIC_NOT_EXIST": 17,
+    "PULL_NOT_FOUND": 19,
+    "PULL_RETRY_IMMEDIATELY": 20,
+    "PULL_OFFSET_MOVED": 21,
+    "QUERY_NOT_FOUND": 22,
+    "SUBSCRIPTION_NOT_EXIST": 24,
+    "SUBSCRIPTION_NOT_LATEST": 25,
+    "SUBSCRIPTION_GROUP_NOT_EXIST": 26,
+}
+
+
+def test_request_codes() -> None:
+    assert {name: int(RequestCode[name]) for name in REQUESTS} == REQUESTS
+
+
+def test_response_codes() -> None:
+    assert {name: int(ResponseCode[name]) for name in RESPONSES} == RESPONSES
+
+
+def test_languages_and_names() -> None:
+    assert (LanguageCode.JAVA, LanguageCode.CPP, LanguageCode.PYTHON) == (0, 1, 3)
+    assert code_name(105) == "GET_ROUTEINFO_BY_TOPIC(105)"
+    assert code_name(17, response=True) == "TOPIC_NOT_EXIST(17)"
+    assert code_name(4242) == "code 4242"
