@@ -248,6 +248,10 @@ class LocalCluster:
         replica = self.replica_at(addr) if addr else None
         return replica.name if replica else None
 
+    def status(self) -> ClusterStatus:
+        """Every name server's cluster info and every broker's runtime table, asked at once."""
+        return trio.run(cluster_status, dict(self.namesrvs), dict(self.brokers))
+
     def runtime_info(self, name: str) -> dict[str, str] | None:
         """The broker's GET_BROKER_RUNTIME_INFO table, None if it did not answer."""
         return trio.run(_runtime_info, self.brokers[name].client_address)
@@ -344,6 +348,24 @@ async def _cluster_infos(namesrvs: dict[str, Address]) -> dict[str, dict[str, An
 
 async def _runtime_info(address: Address) -> dict[str, str] | None:
     return await runtime_table(address)
+
+
+@attrs.frozen
+class ClusterStatus:
+    cluster_infos: dict[str, dict[str, Any] | None]  # by name server; None: no answer
+    runtime_infos: dict[str, dict[str, str] | None]  # by "group/node"; None: no answer
+
+
+async def cluster_status(
+    namesrvs: Mapping[str, Address], brokers: Mapping[str, BrokerReplica]
+) -> ClusterStatus:
+    both = await gather(
+        {
+            "infos": gather({ns: cluster_info(a) for ns, a in namesrvs.items()}),
+            "tables": gather({n: runtime_table(b.client_address) for n, b in brokers.items()}),
+        }
+    )
+    return ClusterStatus(cluster_infos=both["infos"], runtime_infos=both["tables"])
 
 
 @contextlib.contextmanager

@@ -2,9 +2,12 @@
 the broker exists (and without its cost).
 
 It listens on --listen and answers GET_BROKER_RUNTIME_INFO with raftRole, raftTerm and
-raftLeader; it listens on its Raft peer port too, and the "leader" is the lowest-numbered
-replica whose peer port accepts connections, with term = that replica's number + 1, so killing
-the leader makes the next one take over with a higher term. Every 0.3 s it registers with
+raftLeader. Each replica writes its pid to <store>/fake.pid, and the "leader" is the
+lowest-numbered replica of the group whose pid runs, with term = that replica's number + 1, so
+killing the leader makes the next one take over with a higher term. At start it waits (up to
+START_GRACE_S) for every replica's pid file, so replicas started together agree on n0, term 1.
+(No probing of peer ports: a connect to an unbound local port can connect to itself and take
+the port.) Every 0.3 s it registers with
 every name server: brokerId 0 when it leads, else its number + 1 (so never 0).
 """
 
@@ -13,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
+from pathlib import Path
 
 import trio
 
@@ -26,6 +31,7 @@ from remoting.headers import RegisterBrokerRequestHeader
 from remoting.server import RemotingServer
 
 REGISTER_EVERY_S = 0.3
+START_GRACE_S = 5.0
 TBW102 = {"topicName": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 7}
 
 
@@ -38,14 +44,18 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-async def reachable(host: str, port: int) -> bool:
+def pid_file(store: Path) -> Path:
+    return store / "fake.pid"
+
+
+def alive(store: Path) -> bool:
+    """The pid in store's pid file runs (a zombie does not)."""
     try:
-        with trio.fail_after(0.3):
-            stream = await trio.open_tcp_stream(host, port)
-    except (OSError, trio.TooSlowError):
+        pid = int(pid_file(store).read_text())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
         return False
-    await stream.aclose()
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 class FakeBroker:
@@ -59,9 +69,12 @@ class FakeBroker:
     def number(self) -> int:
         return int(self.args.self_id[1:])
 
+    def store_of(self, node: str) -> Path:
+        return Path(self.args.store).parent / node
+
     async def elect(self) -> None:
-        for node, address in sorted(self.peers.items()):
-            if node == self.args.self_id or await reachable(address.host, address.port):
+        for node in sorted(self.peers):
+            if node == self.args.self_id or alive(self.store_of(node)):
                 self.leader, self.term = node, int(node[1:]) + 1
                 return
 
@@ -70,7 +83,14 @@ class FakeBroker:
         table = {"raftRole": role, "raftTerm": str(self.term), "raftLeader": self.leader}
         return request.response(body=json.dumps({"table": table}).encode())
 
+    async def wait_for_peers(self) -> None:
+        with trio.move_on_after(START_GRACE_S):
+            for node in self.peers:
+                while not alive(self.store_of(node)):
+                    await trio.sleep(0.05)
+
     async def register_forever(self) -> None:
+        await self.wait_for_peers()
         while True:
             await self.elect()
             broker_id = 0 if self.leader == self.args.self_id else self.number + 1
@@ -101,20 +121,14 @@ class FakeBroker:
                     logging.info("register with %s: %r", ns, err)
             await trio.sleep(REGISTER_EVERY_S)
 
-    async def serve_peer_port(self) -> None:
-        async def drop(stream: trio.SocketStream) -> None:
-            await stream.aclose()
-
-        me = self.peers[self.args.self_id]
-        await trio.serve_tcp(drop, me.port, host=me.host)
-
     async def main(self) -> None:
         host, port = self.args.listen.rsplit(":", 1)
         server = RemotingServer(
             Dispatcher({RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info})
         )
+        Path(self.args.store).mkdir(parents=True, exist_ok=True)
+        pid_file(Path(self.args.store)).write_text(str(os.getpid()))
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.serve_peer_port)
             await nursery.start(server.serve_tcp, host, int(port))
             nursery.start_soon(self.register_forever)
             with trio.open_signal_receiver(signal.SIGTERM) as signals:

@@ -3,7 +3,6 @@ as a Raft group would, until the real broker exists (tests/compat/ drives the re
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import sys
@@ -19,12 +18,15 @@ FAKE_BROKER = [sys.executable, str(Path(__file__).with_name("fake_broker.py"))]
 
 
 def gone(pids: list[int]) -> bool:
+    """Every pid exited: no such process, or a zombie (its parent, a `dledger-dev up` that
+    returned, exited; nobody reaps it here)."""
     for pid in pids:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
             continue
-        return False
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            return False
     return True
 
 
