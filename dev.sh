@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's set-up and entry points. Everything a fresh machine needs is installed here.
-#   ./dev.sh up       install, then start a local 3-replica dledger-server group with a status table
+#   ./dev.sh up       install, then start a local cluster (2 namesrvs, 2 broker groups x 3) with a
+#                     status table (./dev.sh up --dledger: the 3-replica dledger-server group)
 #   ./dev.sh test     install what tests need, lint, type-check, run the default test suite
 #   ./dev.sh soak     the long runs the default suite skips (simulator 20,000 seeds, chaos 30 min)
 #   ./dev.sh bench    the benchmarks (bench/*.py), one at a time

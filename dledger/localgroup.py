@@ -2,6 +2,9 @@
 `dledger-dev`. Every process it starts it records by pid and stops by pid; nothing is found or
 killed by name.
 
+Process helpers (spawn, stop by pid, free ports, polling with a deadline) live in
+`dledger/processes.py`, shared with `broker.localcluster.LocalCluster`.
+
 A replica may run under a command prefix (chaos runs each one inside its own network
 namespace with `ip netns exec <name>`, which execs, so the pid stays the server's).
 """
@@ -10,25 +13,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import attrs
 
 from dledger.config import Address, format_peers
+from dledger.processes import (
+    STOP_TIMEOUT_S,
+    free_port,
+    kill_process,
+    spawn,
+    stop_process,
+    wait_until,
+)
 
-STOP_TIMEOUT_S = 5.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+__all__ = ["STOP_TIMEOUT_S", "LocalGroup", "Replica", "free_port", "running_group", "wait_until"]
 
 
 @attrs.define
@@ -111,16 +114,7 @@ class LocalGroup:
     def start(self, node: str) -> Replica:
         r = self.replicas[node]
         assert not r.running, f"{node} is already running as pid {r.pid}"
-        r.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(r.log_path, "ab") as out:
-            r.process = subprocess.Popen(
-                self.command(node),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,  # a Ctrl-C in the terminal is for us, not for them
-            )
+        r.process = spawn(self.command(node), r.log_path, self.env)
         r.starts += 1
         return r
 
@@ -137,24 +131,14 @@ class LocalGroup:
     def kill(self, node: str) -> None:
         """kill -9, and reap it."""
         r = self.replicas[node]
-        if r.process is not None and r.process.poll() is None:
-            r.process.kill()
-            r.process.wait()
+        if r.process is not None:
+            kill_process(r.process)
 
     def stop(self, node: str) -> None:
         """SIGTERM (after SIGCONT, in case it is paused), then SIGKILL if it lingers."""
         r = self.replicas[node]
-        p = r.process
-        if p is None or p.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p.pid, signal.SIGCONT)
-            p.terminate()
-        try:
-            p.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        if r.process is not None:
+            stop_process(r.process)
 
     def stop_all(self) -> None:
         for node in self.replicas:
@@ -185,17 +169,6 @@ class LocalGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_all()
-
-
-def wait_until(
-    predicate: Callable[[], bool], timeout: float, interval: float = 0.02, what: str = "condition"
-) -> None:
-    """Poll with a deadline (never a bare sleep to wait for something)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout} s")
-        time.sleep(interval)
 
 
 @contextlib.contextmanager

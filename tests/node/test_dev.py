@@ -1,4 +1,5 @@
-"""dledger-dev: the local group behind ./dev.sh up."""
+"""dledger-dev up --dledger: the milestone-1 group (tests/cluster/test_dev_cluster.py has the
+default, a whole broker cluster)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def gone(pid: int) -> bool:
 def test_up_status_down(tmp_path: Path) -> None:
     data = tmp_path / "data"
     port = free_port()
-    up = dev(data, "up", "--base-port", str(port))
+    up = dev(data, "up", "--dledger", "--base-port", str(port))
     assert up.returncode == 0, up.stderr
     pids = json.loads((data / "dev.json").read_text())["pids"]
     try:
@@ -42,7 +43,7 @@ def test_up_status_down(tmp_path: Path) -> None:
         wait_until(
             lambda: "leader n" in dev(data, "status").stdout, 20, interval=0.2, what="a leader"
         )
-        again = dev(data, "up", "--base-port", str(port))
+        again = dev(data, "up", "--dledger", "--base-port", str(port))
         assert again.returncode == 1 and "already running" in again.stderr
     finally:
         down = dev(data, "down")
@@ -62,6 +63,7 @@ def test_foreground_shows_a_table_and_stops_the_group_on_ctrl_c(tmp_path: Path) 
             str(data),
             "up",
             "--foreground",
+            "--dledger",
             "--base-port",
             str(free_port()),
         ],

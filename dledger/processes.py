@@ -1,0 +1,133 @@
+"""Local processes for tests, benchmarks, chaos and `dledger-dev`: started with their output in a
+log file, signalled, and stopped by the pid we recorded; nothing is found or killed by name.
+
+`LocalGroup` (dledger-server groups) and `broker.localcluster.LocalCluster` (namesrvs and
+broker groups) are both built on these. A child runs the code of the tree this module was
+imported from (`SOURCE_ROOT` leads its PYTHONPATH), so a git worktree's tests start the
+worktree's servers, not those of the tree the virtualenv was installed from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import attrs
+
+STOP_TIMEOUT_S = 5.0  # SIGTERM, then SIGKILL after this long
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout: float, interval: float = 0.02, what: str = "condition"
+) -> None:
+    """Poll with a deadline (never a bare sleep to wait for something)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout} s")
+        time.sleep(interval)
+
+
+def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: ours) with SOURCE_ROOT first on PYTHONPATH."""
+    out = dict(os.environ if env is None else env)
+    rest = out.get("PYTHONPATH", "")
+    out["PYTHONPATH"] = str(SOURCE_ROOT) + (os.pathsep + rest if rest else "")
+    return out
+
+
+def spawn(
+    command: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `command` with stdout and stderr appended to log_path, in a session of its own
+    (a Ctrl-C in the terminal is for us, not for it)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(
+            list(command),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env(env),
+            start_new_session=True,
+        )
+
+
+def kill_process(process: subprocess.Popen[bytes]) -> None:
+    """kill -9, and reap it."""
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM (after SIGCONT, in case it is paused), then SIGKILL if it lingers; reaped."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGCONT)
+        process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_process(process)
+
+
+@attrs.define
+class ManagedProcess:
+    """One named process that can be started again after it stops (same command, same log)."""
+
+    name: str
+    command: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0  # how many times it was started
+
+    @property
+    def pid(self) -> int | None:
+        """The pid while it runs (a paused process runs)."""
+        p = self.process
+        return p.pid if p is not None and p.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def start(self) -> None:
+        assert not self.running, f"{self.name} is already running as pid {self.pid}"
+        self.process = spawn(self.command, self.log_path, self.env)
+        self.starts += 1
+
+    def signal(self, signum: int) -> None:
+        pid = self.pid
+        assert pid is not None, f"{self.name} is not running"
+        os.kill(pid, signum)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            kill_process(self.process)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        if self.process is not None:
+            stop_process(self.process, timeout_s)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
