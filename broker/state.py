@@ -52,6 +52,7 @@ log = logging.getLogger("broker.state")
 STATE_FILE = "broker-state"
 STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
+REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
 RECENT_SENDS_MAX = 65536  # (queue offset, physical offset) of the latest messages, by index
 
 QueueKey = tuple[str, int]
@@ -114,7 +115,8 @@ class BrokerState:
             lengths = {(t, int(q)): int(n) for t, q, n in saved["queues"]}
             for topic, queue_id, queue in self.queues:
                 queue.truncate_after(lengths.get((topic, queue_id), 0) - 1)
-            self.index.truncate_from_position(int(saved["index_end"]) + 1)
+            reindex_from = self.index.truncate_from_position(int(saved["index_end"]) + 1)
+            self._reindex(reindex_from, self.applied_index)
             log.info("broker state restored at index %d", self.applied_index)
         else:
             why = "no checkpoint" if saved is None else "derived files behind the checkpoint"
@@ -126,6 +128,20 @@ class BrokerState:
             self.queues = ConsumeQueueSet.open(self.root, geometry.cq_units_per_file)
             self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
             self.applied_index = self.store.first_index - 1
+
+    def _reindex(self, physical_offset: int, through_index: int) -> None:
+        """Index again the messages from `physical_offset` up to entry `through_index` (the
+        IndexStore dropped the file being written at the checkpoint: it may be torn)."""
+        store = self.store
+        if through_index < store.first_index:
+            return
+        index = store.first_index_at_or_after(physical_offset - HEADER_BYTES)
+        while index <= through_index:
+            batch = store.read(index, through_index, REINDEX_READ_BYTES)
+            for kind, body in zip(batch.kinds, batch.payloads, strict=True):
+                if kind == EntryKind.DATA and entry_type(body) is EntryType.MESSAGE:
+                    self.index.index_record(body)
+            index += len(batch.payloads)
 
     def _derived_files_hold(self, saved: dict[str, Any]) -> bool:
         for topic, queue_id, length in saved["queues"]:
