@@ -1,10 +1,11 @@
-"""Membership: who votes, who only learns, and the history of configuration entries.
+"""Membership: who votes, who only learns, how it changes, and the entry that carries it.
 
 Changes go one server at a time (Raft dissertation, section 4.1): a configuration takes
 effect on a server as soon as its entry is in that server's log, committed or not, and a
 leader starts no new change until the previous one commits. A new server joins as a learner
 (it receives entries but does not vote) and is promoted once it has caught up, so it never
-slows commits while it copies the log.
+slows commits while it copies the log. The configurations a node holds over time are kept
+by `config_history.py`.
 """
 
 from __future__ import annotations
