@@ -19,8 +19,8 @@ leader-only state, the follower progress and membership live in their own module
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import assert_never
 
 import attrs
 
@@ -185,26 +185,21 @@ class RaftCore:
             f"{self._expected_last}: the caller did not perform the last Persist"
         )
         self._begin()
-        kind = type(event)
-        if kind is Tick:
-            self._tick()
-        elif kind is Propose:
-            assert isinstance(event, Propose)
-            self._propose(event.payloads)
-        elif kind is Persisted:
-            assert isinstance(event, Persisted)
-            self._persisted(event.through)
-        elif kind is PeerDisconnected:
-            assert isinstance(event, PeerDisconnected)
-            self._peer_disconnected(event.peer)
-        elif kind is TransferLeadership:
-            assert isinstance(event, TransferLeadership)
-            self._transfer(event.target)
-        elif kind is ChangeMembership:
-            assert isinstance(event, ChangeMembership)
-            self._change_membership(event.kind, event.node)
-        else:
-            self._receive(event)  # type: ignore[arg-type]
+        match event:
+            case Tick():
+                self._tick()
+            case Propose():
+                self._propose(event.payloads)
+            case Persisted():
+                self._persisted(event.through)
+            case PeerDisconnected():
+                self._peer_disconnected(event.peer)
+            case TransferLeadership():
+                self._transfer(event.target)
+            case ChangeMembership():
+                self._change_membership(event.kind, event.node)
+            case _:
+                self._receive(event)
         return self._finish()
 
     def _begin(self) -> None:
@@ -641,8 +636,25 @@ class RaftCore:
         elif m.term < self.term:
             self._receive_stale(m)
             return
-        handler = self._HANDLERS[type(m)]
-        handler(self, m)
+        match m:
+            case RequestVote():
+                self._on_request_vote(m)
+            case RequestVoteReply():
+                self._on_vote_reply(m)
+            case AppendEntries():
+                self._on_append_entries(m)
+            case AppendEntriesReply():
+                self._on_append_reply(m)
+            case Heartbeat():
+                self._on_heartbeat(m)
+            case HeartbeatReply():
+                self._on_heartbeat_reply(m)
+            case InstallLogStart():
+                self._on_install_log_start(m)
+            case TimeoutNow():
+                self._on_timeout_now(m)
+            case _:
+                assert_never(m)
 
     def _receive_stale(self, m: Message) -> None:
         """A message from an older term. A leader that was deposed while cut off learns our
@@ -972,14 +984,3 @@ class RaftCore:
         if best is not None and lead.progress[best].match == self.view.last_index():
             self._send(best, TimeoutNow(self.term, self.id))
         self._become_follower(self.term, None)
-
-    _HANDLERS: dict[type, Callable[[RaftCore, Any], None]] = {
-        RequestVote: _on_request_vote,
-        RequestVoteReply: _on_vote_reply,
-        AppendEntries: _on_append_entries,
-        AppendEntriesReply: _on_append_reply,
-        Heartbeat: _on_heartbeat,
-        HeartbeatReply: _on_heartbeat_reply,
-        InstallLogStart: _on_install_log_start,
-        TimeoutNow: _on_timeout_now,
-    }
