@@ -59,6 +59,7 @@ from dledger.raft.leader import LeaderState
 from dledger.raft.log_view import LogView
 from dledger.raft.membership import (
     ChangeKind,
+    ChangeRefused,
     ConfigEntry,
     Membership,
     apply_change,
@@ -556,8 +557,8 @@ class RaftCore:
             self._result = Refused(Refusal.TRANSFERRING, lead.transfer_target)
             return
         membership = apply_change(self.membership, kind, node)
-        if isinstance(membership, str):
-            self._result = Refused(Refusal.BAD_REQUEST, self.id, membership)
+        if isinstance(membership, ChangeRefused):
+            self._result = Refused(Refusal.BAD_REQUEST, self.id, str(membership))
             return
         if kind is ChangeKind.ADD_VOTER:
             lead.auto_promote.add(node)
@@ -584,7 +585,9 @@ class RaftCore:
                 lead.auto_promote.discard(node)
             elif lead.progress[node].match >= self.commit_index:
                 lead.auto_promote.discard(node)
-                self._append_config(apply_change(self.membership, ChangeKind.PROMOTE, node))  # type: ignore[arg-type]
+                promoted = apply_change(self.membership, ChangeKind.PROMOTE, node)
+                assert isinstance(promoted, Membership), promoted  # it is a learner
+                self._append_config(promoted)
                 self._result = None  # nobody asked for this one
                 return
 
