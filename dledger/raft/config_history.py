@@ -24,8 +24,15 @@ from dledger.raft.storage import RaftLog
 
 class ConfigHistory:
     def __init__(self, entries: Sequence[ConfigEntry]) -> None:
+        self._set(list(entries))
+
+    def _set(self, entries: list[ConfigEntry]) -> None:
+        """Every change goes through here, which keeps `latest` in step with `entries`."""
         assert entries, "a node always has a configuration"
-        self.entries = list(entries)
+        self.entries = entries  # oldest first; read only outside this class
+        # The configuration in effect: the newest one in the log, committed or not. An
+        # attribute rather than a property: the core reads it on every commit.
+        self.latest = entries[-1]
 
     @classmethod
     def recover(
@@ -43,11 +50,6 @@ class ConfigHistory:
         return cls(kept or [ConfigEntry(0, 0, initial)])
 
     # --- reading ----------------------------------------------------------------------------
-
-    @property
-    def latest(self) -> ConfigEntry:
-        """The configuration in effect: the newest one in the log, committed or not."""
-        return self.entries[-1]
 
     @property
     def previous(self) -> ConfigEntry | None:
@@ -76,7 +78,7 @@ class ConfigHistory:
         entry's: terms never fall along a log, so its entry at that index is another one. A log
         that ends at or past the index in the entry's term or later may hold it. (Why a voter
         refuses such a node a vote: `RaftCore._removal_of`.)"""
-        latest = self.entries[-1]
+        latest = self.latest
         committed = 0 < latest.index <= commit_index
         if not committed or node in latest.membership.members:
             return None
@@ -87,29 +89,27 @@ class ConfigHistory:
         """`entry` carries a configuration newer than our latest: by term first, then index. A
         configuration of ours past that index but of an older term came from a leader that
         never committed it (committed entries are in every later leader's log)."""
-        latest = self.entries[-1]
+        latest = self.latest
         return (entry.term, entry.index) > (latest.term, latest.index)
 
     # --- changing ---------------------------------------------------------------------------
 
     def add(self, config: ConfigEntry) -> None:
         """A configuration entry was appended to the log: it takes effect now."""
-        assert config.index > self.entries[-1].index, (config, self.entries[-1])
-        self.entries = [*self.entries, config]
+        assert config.index > self.latest.index, (config, self.latest)
+        self._set([*self.entries, config])
 
     def truncate_after(self, index: int) -> bool:
         """The log was cut after `index`: forget configurations it carried there. True when
         the history changed."""
-        if self.entries[-1].index <= index:
+        if self.latest.index <= index:
             return False
-        kept = [c for c in self.entries if c.index <= index]
-        assert kept, f"a truncation after {index} left no configuration"
-        self.entries = kept
+        self._set([c for c in self.entries if c.index <= index])
         return True
 
     def reset(self, config: ConfigEntry) -> None:
         """The log restarts at a leader's log start: `config` is the one in effect there."""
-        self.entries = [config]
+        self._set([config])
 
     def collapse(self, horizon: int) -> None:
         """Forget configurations older than the one in effect at `horizon` (the lower of the
@@ -119,4 +119,4 @@ class ConfigHistory:
             if config.index <= horizon:
                 keep = i
         if keep:
-            self.entries = self.entries[keep:]
+            self._set(self.entries[keep:])

@@ -186,13 +186,13 @@ class RaftCore:
             f"{self._expected_last}: the caller did not perform the last Persist"
         )
         self._begin()
-        match event:
-            case Tick():
-                self._tick()
-            case Propose():
-                self._propose(event.payloads)
+        match event:  # the most frequent first: each case that fails costs an isinstance
             case Persisted():
                 self._persisted(event.through)
+            case Propose():
+                self._propose(event.payloads)
+            case Tick():
+                self._tick()
             case PeerDisconnected():
                 self._peer_disconnected(event.peer)
             case TransferLeadership():
@@ -216,13 +216,14 @@ class RaftCore:
 
     def _finish(self) -> Effects:
         view = self.view
+        reset, truncate, append = view.pending_reset, view.pending_truncate, view.pending_append
         persist = None
-        if self._hs_dirty or view.has_changes():
+        if self._hs_dirty or reset is not None or truncate is not None or append is not None:
             persist = Persist(
                 hard_state=self.hard_state() if self._hs_dirty else None,
-                reset=view.pending_reset,
-                truncate_after=view.pending_truncate,
-                append=view.pending_append,
+                reset=reset,
+                truncate_after=truncate,
+                append=append,
             )
         role = None
         if (self.role, self.term, self.leader) != self._role_before:
@@ -639,11 +640,7 @@ class RaftCore:
         elif m.term < self.term:
             self._receive_stale(m)
             return
-        match m:
-            case RequestVote():
-                self._on_request_vote(m)
-            case RequestVoteReply():
-                self._on_vote_reply(m)
+        match m:  # replication, heartbeats, elections, then the rare ones
             case AppendEntries():
                 self._on_append_entries(m)
             case AppendEntriesReply():
@@ -652,6 +649,10 @@ class RaftCore:
                 self._on_heartbeat(m)
             case HeartbeatReply():
                 self._on_heartbeat_reply(m)
+            case RequestVote():
+                self._on_request_vote(m)
+            case RequestVoteReply():
+                self._on_vote_reply(m)
             case InstallLogStart():
                 self._on_install_log_start(m)
             case TimeoutNow():
