@@ -49,7 +49,7 @@ def _made_up_entries() -> list[dict[str, object]]:
                 else:
                     row[field.name] = index
             row.update(group="g", replica=replica, index=index, defect=None, io_error=None)
-            row["body_crc"] = index if replica != "b" else -index
+            row["body_digest"] = bytes([index if replica != "b" else 255 - index]) * 32
             rows.append(row)
     return rows
 
