@@ -36,6 +36,7 @@ from dledger.config import NodeConfig
 from dledger.log.flusher import Flusher
 from dledger.log.layout import StorePaths
 from dledger.log.reader import StoredEntry
+from dledger.log.segment import entry_position
 from dledger.log.state_file import HARDSTATE_MAGIC, read_state_file, write_state_file
 from dledger.log.store import FlushPolicy, LogStore
 from dledger.raft.core import RaftCore
@@ -69,10 +70,35 @@ Offload = Callable[..., Awaitable[Any]]
 
 class StateMachine(Protocol):
     """What the broker plugs in: committed entries, in order, exactly once per run (after a
-    restart, from the checkpoint's applied index on). One that sets `reads_bodies = False`
-    is handed batches whose payloads are empty, and saves the node reading them back."""
+    restart, from the checkpoint's applied index on, or from the state machine's own
+    `applied_index` attribute when it has one and it is lower). One that sets `reads_bodies =
+    False` is handed batches whose payloads are empty, and saves the node reading them back."""
 
     def apply(self, batch: EntryBatch) -> None: ...
+
+
+class ProposalRefused(Exception):
+    """A shaper's refusal of a proposal: every append in it is answered with this."""
+
+    def __init__(self, status: Status, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class ProposalShaper(Protocol):
+    """Optional, as a state machine's `shaper` attribute: sees every proposal on the leader
+    just before it enters the log, with the index and byte position each entry will have,
+    and may rewrite payload bytes in place of the same length (RocketMQ's queue offset and
+    physical offset are written into each message here, so they are the same on every
+    replica). Raising ProposalRefused refuses the whole proposal (e.g. not ready after an
+    election); `refused()` says the core refused the proposal just shaped."""
+
+    def shape(
+        self, first_index: int, positions: Sequence[int], payloads: list[bytes]
+    ) -> list[bytes]: ...
+
+    def refused(self) -> None: ...
 
 
 class NullStateMachine:
@@ -188,9 +214,13 @@ class Node:
             rng=rng or random.Random(),
             commit_index=checkpoint.commit_index,
         )
-        self.applied_index = max(
-            min(checkpoint.applied_index, store.last_index), store.first_index - 1
-        )
+        applied = min(checkpoint.applied_index, store.last_index)
+        # a state machine with files of its own says how far they hold (it may lag the
+        # checkpoint after a crash); the node applies from there, and it skips what it has
+        kept = getattr(self.state_machine, "applied_index", None)
+        if kept is not None:
+            applied = min(applied, kept)
+        self.applied_index = max(applied, store.first_index - 1)
         self.applied_digest = AppliedDigest(self.applied_index)
         self.role = RoleState(self.core.role, self.core.term, self.core.leader)
         self._inbox_send, self._inbox = trio.open_memory_channel[Any](limits.INBOX_EVENTS_MAX)
@@ -205,6 +235,8 @@ class Node:
             connect=connect,
         )
         self._promises = Promises()  # acks and votes waiting for the disk
+        self._shaper: ProposalShaper | None = getattr(self.state_machine, "shaper", None)
+        self._shaped_check: tuple[int, int, int, int] | None = None
         self._pending: list[PendingAppend] = []  # appends not yet proposed
         self._pending_entries = 0
         self._propose_signalled = False
@@ -362,7 +394,12 @@ class Node:
             payloads: list[bytes] = []
             for pending in batch:
                 payloads.extend(pending.bodies)
-            fx = self.core.step(Propose(payloads))
+            shaped = self._shape(payloads)
+            if isinstance(shaped, ProposalRefused):
+                for pending in batch:
+                    pending.reply(shaped.status, shaped.message, {})
+                continue
+            fx = self.core.step(Propose(shaped))
             self.metrics["proposals"] += 1
             self.metrics["proposed_entries"] += len(payloads)
             result = fx.result
@@ -376,12 +413,48 @@ class Node:
                     )
             else:
                 assert isinstance(result, Refused), result
+                if self._shaper is not None:
+                    self._shaper.refused()
                 status = REFUSAL_STATUS[result.refusal]
                 message = result.refusal.value + (f": {result.detail}" if result.detail else "")
                 fields = self.leader_hint(result.leader)
                 for pending in batch:
                     pending.reply(status, message, fields)
             await self._perform(fx)
+
+    def _shape(self, payloads: list[bytes]) -> list[bytes] | ProposalRefused:
+        """The state machine's last word on a proposal, knowing each entry's index and byte
+        position (the broker writes queue offsets and physical offsets into its records here).
+        Positions are predicted as the store will assign them; the appends of this step check."""
+        shaper = self._shaper
+        if shaper is None:
+            return payloads
+        store = self.store
+        first = store.last_index + 1
+        positions = []
+        position, segment_bytes = store.next_position, store.config.segment_bytes
+        for payload in payloads:
+            size = limits.ENTRY_HEADER_BYTES + len(payload)
+            position = entry_position(position, size, segment_bytes)
+            positions.append(position)
+            position += size
+        try:
+            shaped = shaper.shape(first, positions, payloads)
+        except ProposalRefused as refusal:
+            return refusal
+        assert [len(p) for p in shaped] == [len(p) for p in payloads], "shaping keeps sizes"
+        self._shaped_check = (first, positions[0], first + len(positions) - 1, positions[-1])
+        return shaped
+
+    def _check_shaped_positions(self) -> None:
+        """The positions the shaper was told are those the store gave (a bug otherwise)."""
+        if self._shaped_check is None:
+            return
+        first, first_position, last, last_position = self._shaped_check
+        self._shaped_check = None
+        if self.store.last_index >= last and self.store.first_index <= first:
+            got = self.store.positions(first, first)[0], self.store.positions(last, last)[0]
+            assert got == (first_position, last_position), (got, first_position, last_position)
 
     # --- effects --------------------------------------------------------------------------------
 
@@ -413,6 +486,7 @@ class Node:
             self._promises.log_changed(persist)
             if persist.append is not None:
                 store.append(persist.append)
+                self._check_shaped_positions()
             self._flusher.notify()
             if not self.sync_flush and persist.append is not None:
                 self._report_durable(store.last_index)  # ASYNC_FLUSH: written counts as kept

@@ -16,7 +16,7 @@ import attrs
 
 from dledger import limits
 from dledger.log.checksum import crc32
-from dledger.log.entry import decode_header, header_defect
+from dledger.log.entry import ENTRY_MAGIC, decode_header, header_defect
 from dledger.log.errors import CorruptEntry
 from dledger.log.index_file import RECORD, IndexFile, IndexFiles
 from dledger.log.layout import index_label, segment_label
@@ -97,6 +97,28 @@ class EntryReader:
     def get(self, index: int) -> StoredEntry:
         record = self.record(index)
         return StoredEntry(index, record[2], record[4], record[0], record[3], self._body(record))
+
+    def at(self, position: int, first_index: int, last_index: int) -> StoredEntry:
+        """The entry that starts at byte `position`, checked as `get` checks it (its header
+        names an index first_index..last_index whose record points back here). What a
+        reader holding positions (the broker's ConsumeQueue) asks for."""
+        seg_bytes = self._segments.segment_bytes
+        base = position - position % seg_bytes
+        offset = position - base
+        if base not in self._segments or offset + limits.ENTRY_HEADER_BYTES > seg_bytes:
+            raise CorruptEntry(segment_label(base), position, "no entry can start here")
+        header = decode_header(self._segments.get(base).mm, offset)
+        if header.magic != ENTRY_MAGIC or not first_index <= header.index <= last_index:
+            why = f"no entry of index {first_index}..{last_index} starts here"
+            raise CorruptEntry(segment_label(base), position, why)
+        if self.record(header.index)[0] != position:
+            why = f"the entry here names index {header.index}, whose record points elsewhere"
+            raise CorruptEntry(segment_label(base), position, why)
+        return self.get(header.index)
+
+    def positions(self, lo: int, hi: int) -> list[int]:
+        """The byte positions of entries lo..hi, from the index records."""
+        return [record[0] for record in self.records(lo, hi)]
 
     def read(self, lo: int, hi: int, bytes_max: int) -> EntryBatch:
         terms: list[int] = []

@@ -233,6 +233,18 @@ class LogStore:
         self._check_range(index, index)
         return self._reader.get(index)
 
+    def get_at(self, position: int) -> StoredEntry:
+        """The entry starting at byte `position`, checked as `get` checks it: Compacted when
+        retention deleted it, CorruptEntry when no entry of this log starts there."""
+        if position < self._start.position:
+            raise Compacted(self._start.prev.index, self.first_index)
+        return self._reader.at(position, self.first_index, self._last_index)
+
+    def positions(self, lo: int, hi: int) -> list[int]:
+        """Byte positions of entries lo..hi (the broker's physical offsets, less the header)."""
+        self._check_range(lo, hi)
+        return self._reader.positions(lo, hi)
+
     def read(self, lo: int, hi: int, bytes_max: int) -> EntryBatch:
         """Entries lo..hi, stopping before the body bytes pass `bytes_max` (at least one)."""
         self._check_range(lo, hi)

@@ -80,11 +80,16 @@ class MemoryGroup:
     nursery: trio.Nursery
     peers: dict[str, Address]
     state_machines: dict[str, StateMachine | None]
+    # builds a replica's state machine over its store (instead of `state_machines`)
+    factory: Callable[[str, LogStore], StateMachine] | None = None
     nodes: dict[str, Node] = attrs.field(factory=dict)
     stores: dict[str, LogStore] = attrs.field(factory=dict)
     _scopes: dict[str, trio.CancelScope] = attrs.field(factory=dict)
+    _stopped: dict[str, trio.Event] = attrs.field(factory=dict)
 
     async def start(self, n: str) -> Node:
+        if n in self._stopped:
+            await self._stopped[n].wait()  # a killed node's files are closed first
         store = LogStore.open(
             self.root / n,
             StoreConfig(segment_bytes=1 << 20, flush=FlushPolicy.ASYNC_FLUSH),
@@ -94,14 +99,20 @@ class MemoryGroup:
         config = NodeConfig(
             group="g", self_id=n, peers=self.peers, store_dir=self.root / n, store=store.config
         )
+        machine = self.factory(n, store) if self.factory else self.state_machines.get(n)
+        if machine is not None:
+            self.state_machines[n] = machine
         node = Node(
             config,
             store,
-            self.state_machines.get(n),
+            machine,
             connect=self.network.connector(),
             offload=run_inline,
         )
         self.nodes[n], self.stores[n] = node, store
+        on_role = getattr(machine, "on_role_change", None)
+        if on_role is not None:
+            node.on_role_change(on_role)
         await self.nursery.start(self._run, n, node, store)
         return node
 
@@ -113,17 +124,26 @@ class MemoryGroup:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        self._stopped[n] = trio.Event()
         try:
             with trio.CancelScope() as scope:
                 self._scopes[n] = scope
                 await host_node(node, serve=self.network.serve, task_status=task_status)
         finally:
+            close = getattr(self.state_machines.get(n), "close", None)
+            if close is not None:
+                close()
             store.close()
+            self._stopped[n].set()
 
     def kill(self, n: str) -> None:
         """Stop `n` at once: its tasks and connections end, its store closes."""
         self._scopes.pop(n).cancel()
         del self.nodes[n]
+
+    async def wait_stopped(self, n: str) -> None:
+        """Until a killed node's tasks ended and its files are closed."""
+        await self._stopped[n].wait()
 
     def leaders(self) -> list[str]:
         return [n for n, node in self.nodes.items() if node.is_leader]
@@ -150,11 +170,17 @@ class MemoryGroup:
 
 @asynccontextmanager
 async def memory_group(
-    root: Path, size: int = 3, state_machines: dict[str, StateMachine | None] | None = None
+    root: Path,
+    size: int = 3,
+    state_machines: dict[str, StateMachine | None] | None = None,
+    factory: Callable[[str, LogStore], StateMachine] | None = None,
 ) -> AsyncIterator[MemoryGroup]:
-    peers = {f"n{i}": Address("10.0.0.1", 40911 + i) for i in range(size)}  # never dialled
+    # addresses are labels here: nothing binds or dials them
+    peers = {f"n{i}": Address("127.0.0.1", 40911 + i) for i in range(size)}
     async with trio.open_nursery() as nursery:
-        group = MemoryGroup(root, MemoryNetwork(), nursery, peers, dict(state_machines or {}))
+        group = MemoryGroup(
+            root, MemoryNetwork(), nursery, peers, dict(state_machines or {}), factory
+        )
         for n in peers:
             await group.start(n)
         yield group

@@ -1,0 +1,5 @@
+import sys
+
+from broker.server import main
+
+sys.exit(main())

@@ -1,0 +1,238 @@
+"""Producers and consumers a replica knows from their heartbeats, and queue locks.
+
+A client is registered by HEART_BEAT on the connection it came in on and forgotten when that
+connection closes, when it unregisters, or after CLIENT_EXPIRY_S without a heartbeat (as
+RocketMQ's ConsumerManager does). When a consumer group's members change, every member still
+connected is told (NOTIFY_CONSUMER_IDS_CHANGED), so it rebalances at once.
+
+Queue locks (orderly consumption) are held here, one client per queue and group, for
+LOCK_EXPIRY_S after the last (re)lock, as RocketMQ's RebalanceLockManager.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
+from remoting.connection import Connection
+from remoting.errors import RemotingError
+
+log = logging.getLogger("broker.clients")
+
+CLIENT_EXPIRY_S = 120.0  # RocketMQ's channelExpiredTimeout
+LOCK_EXPIRY_S = 60.0  # RocketMQ's rebalance lock lifetime
+SCAN_INTERVAL_S = 10.0
+NOTIFY_TIMEOUT_S = 3.0
+MESSAGE_MODELS = {
+    0: "BROADCASTING",
+    1: "CLUSTERING",
+    "BROADCASTING": "BROADCASTING",
+    "CLUSTERING": "CLUSTERING",
+}
+CONSUME_TYPES = {0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"}
+
+
+@attrs.define
+class Subscription:
+    topic: str
+    expression: str
+    tags: frozenset[str]  # empty: every tag ("*")
+    version: int
+
+
+@attrs.define
+class Member:
+    client_id: str
+    connection: Connection
+    last_seen: float
+    subscriptions: dict[str, Subscription] = attrs.field(factory=dict)
+    message_model: str = "CLUSTERING"
+    consume_type: str = "CONSUME_PASSIVELY"
+    consume_from: object = 0
+    language: str = "?"
+    version: int = 0
+
+
+def parse_expression(expression: str | None) -> frozenset[str]:
+    """Tags of a TAG subscription ("TagA || TagB"); empty for "*" or none."""
+    if not expression or expression.strip() in ("*", ""):
+        return frozenset()
+    return frozenset(t.strip() for t in expression.split("||") if t.strip())
+
+
+class ClientRegistry:
+    def __init__(self) -> None:
+        self.consumers: dict[str, dict[str, Member]] = {}
+        self.producers: dict[str, dict[str, Member]] = {}
+        self._locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
+        self._watched: set[int] = set()
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            while True:
+                await trio.sleep(SCAN_INTERVAL_S)
+                self.expire(trio.current_time())
+
+    # --- heartbeats ------------------------------------------------------------------------
+
+    def heartbeat(
+        self, body: dict[str, Any], connection: Connection, language: str, version: int
+    ) -> list[tuple[str, str]]:
+        """Register what a HEART_BEAT says; returns the (group, message model) of each consumer
+        group in it (the handler creates their retry topics)."""
+        client_id = str(body.get("clientID", ""))
+        now = trio.current_time()
+        groups = []
+        for data in body.get("consumerDataSet") or []:
+            group = str(data.get("groupName", ""))
+            if not group:
+                continue
+            model = MESSAGE_MODELS.get(data.get("messageModel"), "CLUSTERING")
+            member = Member(
+                client_id,
+                connection,
+                now,
+                message_model=model,
+                consume_type=CONSUME_TYPES.get(
+                    data.get("consumeType"), str(data.get("consumeType"))
+                ),
+                consume_from=data.get("consumeFromWhere", 0),
+                language=language,
+                version=version,
+            )
+            for sub in data.get("subscriptionDataSet") or []:
+                topic = str(sub.get("topic", ""))
+                expression = str(sub.get("subString", "*"))
+                member.subscriptions[topic] = Subscription(
+                    topic,
+                    expression,
+                    parse_expression(expression),
+                    int(sub.get("subVersion", 0) or 0),
+                )
+            members = self.consumers.setdefault(group, {})
+            joined = client_id not in members
+            members[client_id] = member
+            if joined:
+                log.info("consumer %s joined group %s", client_id, group)
+                self._notify(group)
+            groups.append((group, model))
+        for data in body.get("producerDataSet") or []:
+            group = str(data.get("groupName", ""))
+            if group:
+                self.producers.setdefault(group, {})[client_id] = Member(
+                    client_id, connection, now, language=language, version=version
+                )
+        self._watch(connection)
+        return groups
+
+    def unregister(
+        self, client_id: str, producer_group: str | None, consumer_group: str | None
+    ) -> None:
+        if producer_group:
+            self.producers.get(producer_group, {}).pop(client_id, None)
+        if consumer_group and self.consumers.get(consumer_group, {}).pop(client_id, None):
+            self._notify(consumer_group)
+
+    def consumer_ids(self, group: str) -> list[str]:
+        return sorted(self.consumers.get(group, {}))
+
+    def subscription(self, group: str, topic: str) -> Subscription | None:
+        for member in self.consumers.get(group, {}).values():
+            sub = member.subscriptions.get(topic)
+            if sub is not None:
+                return sub
+        return None
+
+    def expire(self, now: float) -> None:
+        for table, is_consumer in ((self.consumers, True), (self.producers, False)):
+            for group, members in list(table.items()):
+                gone = [c for c, m in members.items() if now - m.last_seen > CLIENT_EXPIRY_S]
+                for client_id in gone:
+                    del members[client_id]
+                    log.info("client %s of group %s expired", client_id, group)
+                if gone and is_consumer:
+                    self._notify(group)
+                if not members:
+                    del table[group]
+        self._locks = {k: v for k, v in self._locks.items() if now - v[1] <= LOCK_EXPIRY_S}
+
+    def _watch(self, connection: Connection) -> None:
+        if id(connection) in self._watched or self._nursery is None:
+            return
+        self._watched.add(id(connection))
+        self._nursery.start_soon(self._forget_when_closed, connection)
+
+    async def _forget_when_closed(self, connection: Connection) -> None:
+        try:
+            await connection.wait_closed()
+        finally:
+            self._watched.discard(id(connection))
+        for table, is_consumer in ((self.consumers, True), (self.producers, False)):
+            for group, members in list(table.items()):
+                gone = [c for c, m in members.items() if m.connection is connection]
+                for client_id in gone:
+                    del members[client_id]
+                if gone and is_consumer:
+                    self._notify(group)
+                if not members:
+                    del table[group]
+
+    def _notify(self, group: str) -> None:
+        if self._nursery is None:
+            return
+        for member in list(self.consumers.get(group, {}).values()):
+            self._nursery.start_soon(self._notify_one, member.connection, group)
+
+    @staticmethod
+    async def _notify_one(connection: Connection, group: str) -> None:
+        request = RemotingCommand.request(
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True
+        )
+        try:
+            with trio.move_on_after(NOTIFY_TIMEOUT_S):
+                await connection.send_oneway(request)
+        except RemotingError as err:
+            log.debug("could not notify %s of group %s: %s", connection.peer, group, err)
+
+    # --- queue locks ---------------------------------------------------------------------------
+
+    def lock(
+        self, group: str, client_id: str, queues: Iterable[tuple[str, str, int]]
+    ) -> list[tuple[str, str, int]]:
+        """Lock each (topic, broker, queue) for `client_id` unless another live client holds
+        it; returns those it now holds."""
+        now = trio.current_time()
+        granted = []
+        for topic, broker_name, queue_id in queues:
+            key = (group, topic, broker_name, queue_id)
+            holder = self._locks.get(key)
+            if holder is None or holder[0] == client_id or now - holder[1] > LOCK_EXPIRY_S:
+                self._locks[key] = (client_id, now)
+                granted.append((topic, broker_name, queue_id))
+        return granted
+
+    def unlock(self, group: str, client_id: str, queues: Iterable[tuple[str, str, int]]) -> None:
+        for topic, broker_name, queue_id in queues:
+            key = (group, topic, broker_name, queue_id)
+            if self._locks.get(key, ("",))[0] == client_id:
+                del self._locks[key]
+
+
+def decode_json_body(body: bytes) -> dict[str, Any]:
+    """A request's JSON body (Java may send unquoted numeric keys; we do not read those)."""
+    if not body:
+        return {}
+    value = json.loads(body.decode("utf-8", errors="replace"))
+    if not isinstance(value, dict):
+        raise ValueError("the body is not a JSON object")
+    return value

@@ -1,0 +1,90 @@
+"""`Broker`: what every request handler of one replica works with.
+
+One object per replica, split by concern into the parts it holds: the node (Raft), the state
+(what the log derives), the write path (local or forwarded), the client registry and the
+offset coalescer. Handlers (send.py, pull.py, offsets.py, clients.py, admin.py, query.py) are
+functions of (broker, request, connection).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from broker import stored_message
+from broker.clients import ClientRegistry
+from broker.config import BrokerConfig
+from broker.metadata import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
+from broker.offsets import OffsetCoalescer
+from broker.state import BrokerState, Placed
+from broker.writes import WritePath
+from dledger.client import DLedgerClient
+from dledger.node import Node
+from dledger.raft.events import Role
+
+if TYPE_CHECKING:
+    from broker.registration import Registrar
+
+
+@attrs.define
+class Broker:
+    config: BrokerConfig
+    node: Node
+    state: BrokerState
+    writes: WritePath
+    client: DLedgerClient
+    clients: ClientRegistry
+    offsets: OffsetCoalescer
+    started_ms: int = 0
+    background: trio.Nursery = attrs.field(init=False)  # tasks a handler leaves running
+    registrar: Registrar = attrs.field(init=False)
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        """The address clients reach this replica at (brokerIP1:listenPort)."""
+        return self.config.broker_ip, self.config.listen.port
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.broker_ip}:{self.config.listen.port}"
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node.role.role is Role.LEADER
+
+    def topic(self, name: str) -> TopicConfig | None:
+        """A topic's config; TBW102, the auto-creation template, is always known."""
+        config = self.state.metadata.topics.get(name)
+        if config is None and name == DEFAULT_TOPIC:
+            inherit = PERM_INHERIT if self.config.auto_create_topic else 0
+            return TopicConfig(DEFAULT_TOPIC, 8, 8, PERM_READ | PERM_WRITE | inherit)
+        return config
+
+    def all_topics(self) -> dict[str, TopicConfig]:
+        topics = dict(self.state.metadata.topics)
+        default = self.topic(DEFAULT_TOPIC)
+        assert default is not None
+        topics.setdefault(DEFAULT_TOPIC, default)
+        return topics
+
+    async def placements(self, first: int, last: int) -> list[Placed]:
+        """Where the committed messages first..last landed (queue and physical offsets)."""
+        placed: list[Placed] = []
+        for index in range(first, last + 1):
+            p = self.state.placed(index)
+            if p is None:
+                p = await self._read_placement(index)
+            placed.append(p)
+        return placed
+
+    async def _read_placement(self, index: int) -> Placed:
+        node = self.node
+        if index <= node.commit_index and index <= node.last_index:
+            body = node.entry(index).body
+        else:
+            entries = await self.client.get(index)
+            body = entries[0].body
+        fields = stored_message.read_dispatch(body)
+        return Placed(fields.queue_id, fields.queue_offset, fields.physical_offset)

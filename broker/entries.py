@@ -1,0 +1,60 @@
+"""What a broker puts in a log entry's body: a stored message, or a metadata operation.
+
+Both start with a 4-byte size and a 4-byte magic, so one read tells them apart:
+
+- a message is RocketMQ's stored-message record (broker/stored_message.py), magic 0xDAA320A7;
+- a metadata operation (broker/metadata.py) is, big-endian (docs/formats.md#metadata-entry):
+
+      off len field   meaning
+        0   4 size    the whole body, in bytes
+        4   4 magic   META_MAGIC 0x424D4554 ("BMET"; it is also the version)
+        8   n op      msgpack map {"op": "topic"|"delete_topic"|"group"|..., ...}
+
+The log entry around either already carries a CRC of the whole body.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any
+
+import msgpack
+
+from broker.stored_message import MAGIC_V1, MAGIC_V2
+
+SIZE_MAGIC = struct.Struct(">iI")
+META_MAGIC = 0x424D4554
+
+
+class EntryType(enum.Enum):
+    MESSAGE = "message"
+    META = "meta"
+    UNKNOWN = "unknown"
+
+
+def entry_type(body: bytes) -> EntryType:
+    if len(body) < SIZE_MAGIC.size:
+        return EntryType.UNKNOWN
+    size, magic = SIZE_MAGIC.unpack_from(body)
+    if size != len(body):
+        return EntryType.UNKNOWN
+    if magic in (MAGIC_V1, MAGIC_V2):
+        return EntryType.MESSAGE
+    if magic == META_MAGIC:
+        return EntryType.META
+    return EntryType.UNKNOWN
+
+
+def encode_meta(op: dict[str, Any]) -> bytes:
+    payload = msgpack.packb(op, use_bin_type=True)
+    return SIZE_MAGIC.pack(SIZE_MAGIC.size + len(payload), META_MAGIC) + payload
+
+
+def decode_meta(body: bytes) -> dict[str, Any] | None:
+    """The operation in a metadata entry, or None when it does not decode to a map."""
+    try:
+        op = msgpack.unpackb(body[SIZE_MAGIC.size :], raw=False, strict_map_key=False)
+    except (ValueError, msgpack.UnpackException):
+        return None
+    return op if isinstance(op, dict) else None

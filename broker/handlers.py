@@ -1,0 +1,47 @@
+"""The broker is a table from request code to handler (RocketMQ's registerProcessor)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+from broker import admin, consumer_manage, pull, send
+from broker.context import Broker
+from remoting.codes import RequestCode
+from remoting.command import RemotingCommand
+from remoting.connection import Connection
+
+Handler = Callable[[Broker, RemotingCommand, Connection], Awaitable[RemotingCommand]]
+
+HANDLERS: dict[int, Handler] = {
+    RequestCode.SEND_MESSAGE: send.handle_send,
+    RequestCode.SEND_MESSAGE_V2: send.handle_send,
+    RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
+    RequestCode.PULL_MESSAGE: pull.handle_pull,
+    RequestCode.QUERY_CONSUMER_OFFSET: consumer_manage.handle_query_consumer_offset,
+    RequestCode.UPDATE_CONSUMER_OFFSET: consumer_manage.handle_update_consumer_offset,
+    RequestCode.GET_MAX_OFFSET: consumer_manage.handle_max_offset,
+    RequestCode.GET_MIN_OFFSET: consumer_manage.handle_min_offset,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: consumer_manage.handle_search_offset,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: consumer_manage.handle_earliest_store_time,
+    RequestCode.HEART_BEAT: consumer_manage.handle_heartbeat,
+    RequestCode.UNREGISTER_CLIENT: consumer_manage.handle_unregister,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_manage.handle_consumer_list,
+    RequestCode.LOCK_BATCH_MQ: consumer_manage.handle_lock,
+    RequestCode.UNLOCK_BATCH_MQ: consumer_manage.handle_unlock,
+    RequestCode.UPDATE_AND_CREATE_TOPIC: admin.handle_update_topic,
+    RequestCode.DELETE_TOPIC_IN_BROKER: admin.handle_delete_topic,
+    RequestCode.GET_ALL_TOPIC_CONFIG: admin.handle_all_topic_config,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: admin.handle_update_group,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.handle_delete_group,
+    RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.handle_all_groups,
+    RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
+    RequestCode.GET_BROKER_CONFIG: admin.handle_broker_config,
+}
+
+
+def bound(
+    broker: Broker,
+) -> dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]]:
+    """The table with `broker` bound, as remoting.dispatch.Dispatcher takes it."""
+    return {code: partial(handler, broker) for code, handler in HANDLERS.items()}

@@ -1,0 +1,186 @@
+"""The broker's replicated metadata: topic configs, subscription groups, consumer offsets.
+
+Every change is an operation carried by a log entry (broker/entries.py), applied by every
+replica in log order, so a new leader has it at once. Operations are "set" or "delete" of one
+key, so applying the same operation again changes nothing, and a snapshot (the whole state as
+a dict) plus the operations after it gives the same state as the whole history.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+DEFAULT_TOPIC = "TBW102"  # RocketMQ's template for auto-created topics (AUTO_CREATE_TOPIC_KEY)
+RETRY_GROUP_PREFIX = "%RETRY%"
+DLQ_GROUP_PREFIX = "%DLQ%"
+TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # RocketMQ's Validators rule
+TOPIC_CHARS_MAX = 127
+GROUP_NAME = TOPIC_NAME
+QUEUES_MAX = 1024  # per topic; RocketMQ has no hard bound, we keep a queue's files bounded
+SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"})
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why `topic` is not a legal topic name, or None."""
+    if not topic:
+        return "the topic is empty"
+    if len(topic) > TOPIC_CHARS_MAX:
+        return f"the topic is {len(topic)} characters long; at most {TOPIC_CHARS_MAX}"
+    if not TOPIC_NAME.match(topic):
+        return f"the topic {topic!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+@attrs.frozen
+class TopicConfig:
+    name: str
+    read_queues: int = 8
+    write_queues: int = 8
+    perm: int = PERM_READ | PERM_WRITE
+    sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """RocketMQ's TopicConfig JSON (topicConfigTable values, GET_ALL_TOPIC_CONFIG)."""
+        return {
+            "topicName": self.name,
+            "readQueueNums": self.read_queues,
+            "writeQueueNums": self.write_queues,
+            "perm": self.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": self.sys_flag,
+            "order": self.order,
+        }
+
+    def to_row(self) -> list[Any]:
+        return [
+            self.name,
+            self.read_queues,
+            self.write_queues,
+            self.perm,
+            self.sys_flag,
+            self.order,
+        ]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> TopicConfig:
+        name, read, write, perm, sys_flag, order = row
+        return cls(str(name), int(read), int(write), int(perm), int(sys_flag), bool(order))
+
+    @property
+    def queues(self) -> int:
+        """Queues that exist (hold files): the larger of the read and write counts."""
+        return max(self.read_queues, self.write_queues)
+
+
+@attrs.frozen
+class GroupConfig:
+    name: str
+    consume_enable: bool = True
+    broadcast_enable: bool = True
+    retry_queues: int = 1
+    retry_max_times: int = 16  # maxReconsumeTimes: then to %DLQ%<group>
+
+    def to_json(self) -> dict[str, Any]:
+        """RocketMQ's SubscriptionGroupConfig JSON."""
+        return {
+            "groupName": self.name,
+            "consumeEnable": self.consume_enable,
+            "consumeFromMinEnable": True,
+            "consumeBroadcastEnable": self.broadcast_enable,
+            "retryQueueNums": self.retry_queues,
+            "retryMaxTimes": self.retry_max_times,
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "notifyConsumerIdsChangedEnable": True,
+        }
+
+    def to_row(self) -> list[Any]:
+        return [
+            self.name,
+            self.consume_enable,
+            self.broadcast_enable,
+            self.retry_queues,
+            self.retry_max_times,
+        ]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> GroupConfig:
+        name, consume, broadcast, retry_queues, retry_max = row
+        return cls(str(name), bool(consume), bool(broadcast), int(retry_queues), int(retry_max))
+
+
+OffsetKey = tuple[str, str, int]  # (group, topic, queue_id)
+
+
+class Metadata:
+    """What every replica holds of topics, groups and consumer offsets."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicConfig] = {}
+        self.groups: dict[str, GroupConfig] = {}
+        self.offsets: dict[OffsetKey, int] = {}
+        self.version = 0  # counts applied changes (RocketMQ's dataVersion counter)
+
+    # --- operations (broker/entries.py carries them) ---------------------------------------
+
+    def apply(self, op: Mapping[str, Any]) -> None:
+        """Apply one operation; an unknown one is skipped (a newer broker's, deterministic)."""
+        kind = op.get("op")
+        if kind == "topic":
+            config = TopicConfig.from_row(op["config"])
+            self.topics[config.name] = config
+        elif kind == "delete_topic":
+            topic = op["topic"]
+            self.topics.pop(topic, None)
+            for key in [k for k in self.offsets if k[1] == topic]:
+                del self.offsets[key]
+        elif kind == "group":
+            group = GroupConfig.from_row(op["config"])
+            self.groups[group.name] = group
+        elif kind == "delete_group":
+            name = op["group"]
+            self.groups.pop(name, None)
+            for key in [k for k in self.offsets if k[0] == name]:
+                del self.offsets[key]
+        elif kind == "offsets":
+            for group, topic, queue_id, offset in op["offsets"]:
+                self.offsets[(group, topic, int(queue_id))] = int(offset)
+        elif kind == "snapshot":
+            self.restore(op["state"])
+        else:
+            return
+        self.version += 1
+
+    @staticmethod
+    def topic_op(config: TopicConfig) -> dict[str, Any]:
+        return {"op": "topic", "config": config.to_row()}
+
+    @staticmethod
+    def group_op(config: GroupConfig) -> dict[str, Any]:
+        return {"op": "group", "config": config.to_row()}
+
+    @staticmethod
+    def offsets_op(offsets: Iterable[tuple[OffsetKey, int]]) -> dict[str, Any]:
+        return {"op": "offsets", "offsets": [[g, t, q, o] for (g, t, q), o in offsets]}
+
+    # --- whole state (snapshots and the local checkpoint) ----------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "topics": [t.to_row() for t in self.topics.values()],
+            "groups": [g.to_row() for g in self.groups.values()],
+            "offsets": [[g, t, q, o] for (g, t, q), o in self.offsets.items()],
+            "version": self.version,
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self.topics = {row[0]: TopicConfig.from_row(row) for row in state["topics"]}
+        self.groups = {row[0]: GroupConfig.from_row(row) for row in state["groups"]}
+        self.offsets = {(g, t, int(q)): int(o) for g, t, q, o in state["offsets"]}
+        self.version = int(state.get("version", 0))

@@ -1,0 +1,153 @@
+"""PULL_MESSAGE (11): stored records back to back, filtered by tag hash, with long polling.
+
+Any replica serves a pull from its own applied state, so the stored bytes go out as they are.
+With the suspend flag a pull that finds nothing new is held until a message for its queue is
+applied or its suspend time runs out (below the C++ client's 30 s), on a task of its own, so
+the connection's other requests go on meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from broker.clients import parse_expression
+from broker.context import Broker
+from broker.metadata import PERM_READ
+from broker.tag_hash import tags_code
+from dledger.log.errors import LogError
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.connection import Connection
+from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+
+log = logging.getLogger("broker.pull")
+
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
+PULL_MESSAGES_MAX = 32  # RocketMQ's maxTransferCountOnMessageInMemory
+PULL_BYTES_MAX = 256 * 1024  # RocketMQ's maxTransferBytesOnMessageInMemory
+SCAN_UNITS_MAX = 800  # units looked at per pull when a filter skips most (16000 bytes of CQ)
+SUSPEND_S_MAX = 25.0  # held pulls end before the C++ client's 30 s timeout
+
+
+async def handle_pull(
+    broker: Broker, request: RemotingCommand, connection: Connection
+) -> RemotingCommand:
+    header = PullMessageRequestHeader.decode(request.ext_fields)
+    topic, queue_id = header.topic, header.queue_id
+    config = broker.topic(topic)
+    if config is None:
+        return request.response(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"topic[{topic}] not exist, apply first please!",
+            _fields(header.queue_offset, 0, 0),
+        )
+    if not config.perm & PERM_READ:
+        return request.response(
+            ResponseCode.NO_PERMISSION,
+            f"the topic[{topic}] pulling message is forbidden",
+            _fields(header.queue_offset, 0, 0),
+        )
+    if not 0 <= queue_id < config.queues:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{config.read_queues}]",
+            _fields(header.queue_offset, 0, 0),
+        )
+    if header.sys_flag & FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
+        broker.offsets.commit(header.consumer_group, topic, queue_id, header.commit_offset)
+    expression = header.subscription if header.sys_flag & FLAG_SUBSCRIPTION else None
+    if expression is None:
+        sub = broker.clients.subscription(header.consumer_group, topic)
+        expression = sub.expression if sub is not None else "*"
+    codes = {tags_code(tag) for tag in parse_expression(expression)} or None
+    wanted = max(1, min(header.max_msg_nums, PULL_MESSAGES_MAX))
+    suspend_s = (
+        min(header.suspend_timeout_millis / 1000, SUSPEND_S_MAX)
+        if header.sys_flag & FLAG_SUSPEND
+        else 0.0
+    )
+    deadline = trio.current_time() + suspend_s
+    while True:
+        response = _read(broker, request, topic, queue_id, header.queue_offset, wanted, codes)
+        if response.code != ResponseCode.PULL_NOT_FOUND or trio.current_time() >= deadline:
+            return response
+        with trio.move_on_at(deadline):
+            await broker.state.wait_arrival(topic, queue_id)
+
+
+def _fields(next_begin: int, lo: int, hi: int) -> dict[str, str]:
+    return PullMessageResponseHeader(
+        suggest_which_broker_id=0, next_begin_offset=next_begin, min_offset=lo, max_offset=hi
+    ).encode()
+
+
+def _read(
+    broker: Broker,
+    request: RemotingCommand,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    wanted: int,
+    codes: set[int] | None,
+) -> RemotingCommand:
+    state = broker.state
+    lo, hi = state.queue_range(topic, queue_id)
+    if hi == 0:
+        if offset == 0:
+            return request.response(
+                ResponseCode.PULL_NOT_FOUND, "no message in the queue yet", _fields(0, lo, hi)
+            )
+        return request.response(
+            ResponseCode.PULL_OFFSET_MOVED, "the queue is empty", _fields(0, lo, hi)
+        )
+    if offset < lo:
+        return request.response(
+            ResponseCode.PULL_OFFSET_MOVED,
+            f"offset {offset} is below the queue's first, {lo}",
+            _fields(lo, lo, hi),
+        )
+    if offset == hi:
+        return request.response(
+            ResponseCode.PULL_NOT_FOUND, "no new message", _fields(offset, lo, hi)
+        )
+    if offset > hi:
+        return request.response(
+            ResponseCode.PULL_OFFSET_MOVED,
+            f"offset {offset} is past the queue's end, {hi}",
+            _fields(hi, lo, hi),
+        )
+    units = state.units(topic, queue_id, offset, SCAN_UNITS_MAX if codes else wanted)
+    records: list[bytes] = []
+    size = 0
+    next_begin = offset
+    for unit in units:
+        if codes is not None and unit.tag_hash not in codes:
+            next_begin += 1
+            continue
+        if records and (len(records) >= wanted or size + unit.size > PULL_BYTES_MAX):
+            break
+        try:
+            record = state.record_at(unit.physical_offset)
+        except LogError as err:
+            log.warning("pull of %s/%d at %d: %s", topic, queue_id, next_begin, err)
+            if records:
+                break
+            return request.response(
+                ResponseCode.PULL_OFFSET_MOVED,
+                f"the message at offset {next_begin} is gone: {err}",
+                _fields(next_begin + 1, lo, hi),
+            )
+        records.append(record)
+        size += len(record)
+        next_begin += 1
+    if not records:
+        return request.response(
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            "no message matched the filter",
+            _fields(next_begin, lo, hi),
+        )
+    return request.response(
+        ResponseCode.SUCCESS, "FOUND", _fields(next_begin, lo, hi), b"".join(records)
+    )

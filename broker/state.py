@@ -1,0 +1,296 @@
+"""The broker's state machine: what every replica derives from the committed log.
+
+`BrokerState.apply` is RocketMQ's dispatcher (ReputMessageService) and the only writer of the
+derived files: for each message, one ConsumeQueue unit and its IndexFile keys; for each
+metadata entry, the change to topics, groups or offsets (broker/metadata.py). It runs on every
+replica in log order, so their files are byte-identical, and can be rebuilt from the log.
+
+Queue offsets and physical offsets are assigned by the leader, in the record itself, as the
+message enters the log (`shape`, the node's ProposalShaper): the physical offset is the entry's
+byte position plus the entry header, the queue offset the queue's next one counting every
+message the leader already proposed. A new leader assigns nothing until it has applied its own
+whole log (the entries of earlier terms it holds), so offsets continue exactly where the
+committed log left them: never skipped, never given twice. The dispatcher checks each record's
+queue offset against the queue (ConsumeQueue.append asserts contiguity). docs/decisions.md,
+"Queue offsets are assigned by the leader at append", says why this and not patching on pull.
+
+A local checkpoint (`broker-state`, written every CHECKPOINT_INTERVAL_S after the derived files
+are flushed) holds the applied index, the metadata and each queue's length, so a restart cuts
+the derived files back to it and re-applies from there (`applied_index` tells the node); when
+the derived files are missing or shorter than the checkpoint says, they are rebuilt from the
+first entry the log holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from broker import properties as props
+from broker import stored_message
+from broker.consume_queue import CONSUME_QUEUE_DIR, ConsumeQueueSet, Unit
+from broker.entries import EntryType, decode_meta, entry_type
+from broker.index_file import INDEX_DIR, IndexStore
+from broker.metadata import Metadata
+from broker.tag_hash import tags_code
+from dledger import limits as dledger_limits
+from dledger.log.state_file import read_state_file, write_state_file
+from dledger.log.store import LogStore
+from dledger.node import ProposalRefused
+from dledger.raft.entries import EntryBatch, EntryKind
+from dledger.raft.events import Role, RoleState
+from dledger.wire import Status
+
+log = logging.getLogger("broker.state")
+
+STATE_FILE = "broker-state"
+STATE_MAGIC = b"BKST"
+HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
+RECENT_SENDS_MAX = 65536  # (queue offset, physical offset) of the latest messages, by index
+
+QueueKey = tuple[str, int]
+
+
+@attrs.frozen
+class Geometry:
+    """File sizes of the derived files (RocketMQ's defaults; tests pass small ones)."""
+
+    cq_units_per_file: int = 300_000
+    index_slots: int = 5_000_000
+    index_items: int = 20_000_000
+
+
+@attrs.frozen
+class Placed:
+    """Where a message landed: what a SEND answer carries."""
+
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+
+
+class BrokerState:
+    """The state machine a broker replica hands its dledger Node."""
+
+    reads_bodies = True
+
+    def __init__(self, root: Path, store: LogStore, geometry: Geometry | None = None) -> None:
+        self.root = root
+        self.store = store
+        self.geometry = geometry or Geometry()
+        self.metadata = Metadata()
+        self.applied_index = store.first_index - 1
+        self.queues: ConsumeQueueSet
+        self.index: IndexStore
+        self._arrivals: dict[QueueKey, trio.Event] = {}
+        self._applied = trio.Event()
+        self._recent: dict[int, Placed] = {}
+        # the leader's assignment of queue offsets (`shape`): valid while `_ready_term` is the
+        # term it leads in; None while not leading or not yet caught up with its own log
+        self._role = RoleState(Role.FOLLOWER, 0, None)
+        self._ready_term: int | None = None
+        self._next_offsets: dict[QueueKey, int] = {}
+        self._last_shape: list[QueueKey] = []
+        self.shaper = self
+        self._open()
+
+    # --- opening and checkpoints -------------------------------------------------------------
+
+    def _open(self) -> None:
+        saved = read_state_file(self.root / STATE_FILE, STATE_MAGIC)
+        geometry = self.geometry
+        self.queues = ConsumeQueueSet.open(self.root, geometry.cq_units_per_file)
+        self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
+        if saved is not None:
+            self.metadata.restore(saved["metadata"])
+        if saved is not None and self._derived_files_hold(saved):
+            self.applied_index = max(int(saved["applied_index"]), self.store.first_index - 1)
+            lengths = {(t, int(q)): int(n) for t, q, n in saved["queues"]}
+            for topic, queue_id, queue in self.queues:
+                queue.truncate_after(lengths.get((topic, queue_id), 0) - 1)
+            self.index.truncate_from_position(int(saved["index_end"]) + 1)
+            log.info("broker state restored at index %d", self.applied_index)
+        else:
+            why = "no checkpoint" if saved is None else "derived files behind the checkpoint"
+            log.warning("rebuilding ConsumeQueues and IndexFiles from the log (%s)", why)
+            self.queues.close()
+            self.index.close()
+            shutil.rmtree(self.root / CONSUME_QUEUE_DIR, ignore_errors=True)
+            shutil.rmtree(self.root / INDEX_DIR, ignore_errors=True)
+            self.queues = ConsumeQueueSet.open(self.root, geometry.cq_units_per_file)
+            self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
+            self.applied_index = self.store.first_index - 1
+
+    def _derived_files_hold(self, saved: dict[str, Any]) -> bool:
+        for topic, queue_id, length in saved["queues"]:
+            queue = self.queues.find(topic, int(queue_id))
+            if length and (queue is None or queue.max_queue_offset < int(length)):
+                return False
+        return int(saved["index_end"]) <= self.index.end_phy_offset
+
+    def checkpoint_marks(self) -> dict[str, Any]:
+        """What a checkpoint records, taken now (on the event loop, between applies)."""
+        return {
+            "applied_index": self.applied_index,
+            "metadata": self.metadata.state(),
+            "queues": [[t, q, queue.max_queue_offset] for t, q, queue in self.queues],
+            "index_end": self.index.end_phy_offset,
+        }
+
+    def flush(self) -> None:
+        """Blocking: the derived files to disk (run in a worker thread)."""
+        self.queues.flush()
+        self.index.flush()
+
+    def write_checkpoint(self, marks: dict[str, Any]) -> None:
+        """Blocking: flush, then record `marks` (taken before the flush, so the files hold at
+        least what they say)."""
+        self.flush()
+        write_state_file(self.root / STATE_FILE, STATE_MAGIC, marks)
+
+    async def run_checkpoints(self, interval_s: float) -> None:
+        written = None
+        try:
+            while True:
+                await trio.sleep(interval_s)
+                if written == self.applied_index:
+                    continue
+                marks = self.checkpoint_marks()
+                await trio.to_thread.run_sync(self.write_checkpoint, marks)
+                written = marks["applied_index"]
+        finally:
+            with trio.CancelScope(shield=True):
+                self.write_checkpoint(self.checkpoint_marks())
+
+    def close(self) -> None:
+        self.queues.close()
+        self.index.close()
+
+    # --- the dispatcher (StateMachine.apply) --------------------------------------------------
+
+    def apply(self, batch: EntryBatch) -> None:
+        first = batch.first_index
+        skip = self.applied_index - first + 1  # entries this state already holds
+        positions: list[int] | None = None
+        for k in range(max(skip, 0), len(batch.payloads)):
+            if batch.kinds[k] != EntryKind.DATA:
+                continue
+            body = batch.payloads[k]
+            kind = entry_type(body)
+            if kind is EntryType.MESSAGE:
+                if positions is None:
+                    positions = self.store.positions(first, first + len(batch.payloads) - 1)
+                self._dispatch(first + k, positions[k] + HEADER_BYTES, body)
+            elif kind is EntryType.META:
+                op = decode_meta(body)
+                if op is None:
+                    log.error("index %d: a metadata entry that does not decode; skipped", first + k)
+                else:
+                    self.metadata.apply(op)
+            else:
+                log.error("index %d: an entry that is neither message nor metadata", first + k)
+        self.applied_index = max(self.applied_index, first + len(batch.payloads) - 1)
+        self._applied.set()
+        self._applied = trio.Event()
+
+    def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
+        fields = stored_message.read_dispatch(body)
+        assert fields.physical_offset == physical_offset, (index, fields, physical_offset)
+        queue = self.queues.queue(fields.topic, fields.queue_id)
+        tags = props.find(fields.properties, b"TAGS")
+        tag_hash = tags_code(tags.decode(errors="replace")) if tags is not None else 0
+        queue.append(fields.queue_offset, physical_offset, fields.size, tag_hash)
+        self.index.index_record(body)
+        self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
+        key = (fields.topic, fields.queue_id)
+        event = self._arrivals.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def _remember(self, index: int, placed: Placed) -> None:
+        self._recent[index] = placed
+        if len(self._recent) > RECENT_SENDS_MAX:
+            del self._recent[next(iter(self._recent))]
+
+    # --- the leader's half: offsets assigned as messages enter the log (ProposalShaper) ------
+
+    def on_role_change(self, role: RoleState) -> None:
+        if role.role is not Role.LEADER or role.term != self._role.term:
+            self._ready_term = None
+            self._next_offsets.clear()
+        self._role = role
+
+    def shape(
+        self, first_index: int, positions: Sequence[int], payloads: list[bytes]
+    ) -> list[bytes]:
+        if self._ready_term != self._role.term:
+            # entries of earlier terms may still be unapplied: their offsets are not known yet
+            if self._role.role is not Role.LEADER or self.applied_index < first_index - 1:
+                raise ProposalRefused(
+                    Status.BUSY, "the new leader is still applying its log; retry shortly"
+                )
+            self._ready_term = self._role.term
+            self._next_offsets.clear()
+        shaped: list[bytes] = []
+        self._last_shape = []
+        for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
+            if entry_type(payload) is not EntryType.MESSAGE:
+                shaped.append(payload)
+                continue
+            key = (stored_message.read_topic(payload), stored_message.read_queue_id(payload))
+            offset = self._next_offsets.get(key)
+            if offset is None:
+                queue = self.queues.find(*key)
+                offset = 0 if queue is None else queue.max_queue_offset
+            record = bytearray(payload)
+            stored_message.patch_offsets(record, 0, offset, position + HEADER_BYTES)
+            self._next_offsets[key] = offset + 1
+            self._last_shape.append(key)
+            self._remember(first_index + k, Placed(key[1], offset, position + HEADER_BYTES))
+            shaped.append(bytes(record))
+        return shaped
+
+    def refused(self) -> None:
+        for key in self._last_shape:
+            self._next_offsets[key] -= 1
+        self._last_shape = []
+
+    # --- what handlers read ---------------------------------------------------------------------
+
+    async def wait_applied(self, index: int) -> None:
+        while self.applied_index < index:
+            await self._applied.wait()
+
+    def placed(self, index: int) -> Placed | None:
+        return self._recent.get(index)
+
+    async def wait_arrival(self, topic: str, queue_id: int) -> None:
+        """Return once a message for (topic, queue_id) is applied (the caller bounds the wait)."""
+        key = (topic, queue_id)
+        event = self._arrivals.get(key)
+        if event is None:
+            event = self._arrivals[key] = trio.Event()
+        await event.wait()
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, max) queue offsets held; (0, 0) for a queue that has none."""
+        queue = self.queues.find(topic, queue_id)
+        if queue is None:
+            return 0, 0
+        return queue.min_queue_offset, queue.max_queue_offset
+
+    def units(self, topic: str, queue_id: int, queue_offset: int, count_max: int) -> list[Unit]:
+        queue = self.queues.find(topic, queue_id)
+        if queue is None:
+            return []
+        return queue.read(queue_offset, count_max)
+
+    def record_at(self, physical_offset: int) -> bytes:
+        """The stored message at `physical_offset` (Compacted, CorruptEntry as the log store)."""
+        return self.store.get_at(physical_offset - HEADER_BYTES).body
