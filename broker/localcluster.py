@@ -38,7 +38,7 @@ import attrs
 import trio
 
 from dledger.config import Address, format_peers
-from dledger.processes import STOP_TIMEOUT_S, ManagedProcess, free_port, wait_until
+from dledger.processes import STOP_TIMEOUT_S, ManagedProcess, free_port_block, wait_until
 from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -90,13 +90,19 @@ class LocalCluster:
         env: Mapping[str, str] | None = None,
     ) -> None:
         """`broker_ports` maps "group/node" to (Raft peer port, client port); ports not given
-        are picked free. `env` is the children's environment (default: ours)."""
+        are picked free, below the ephemeral range. `env` is the children's environment
+        (default: ours)."""
         assert namesrvs >= 1, namesrvs
         self.root = root
         self.groups = tuple(groups)
         self.extra_broker_args = list(extra_broker_args)
         self.broker_command = list(broker_command)
-        ports = list(namesrv_ports) if namesrv_ports else [free_port(HOST) for _ in range(namesrvs)]
+        # Ports not given come from one block below the ephemeral range, so no outgoing
+        # connection takes a killed broker's port before its restart (dledger/processes.py).
+        block = iter(
+            range(free_port_block(namesrvs + 2 * len(self.groups) * replicas, HOST), 65536)
+        )
+        ports = list(namesrv_ports) if namesrv_ports else [next(block) for _ in range(namesrvs)]
         assert len(ports) == namesrvs, (ports, namesrvs)
         child_env = dict(env) if env is not None else None
         self.namesrvs: dict[str, Address] = {
@@ -106,7 +112,7 @@ class LocalCluster:
         for group in self.groups:
             for i in range(replicas):
                 name = f"{group}/n{i}"
-                peer, client = (broker_ports or {}).get(name) or (free_port(HOST), free_port(HOST))
+                peer, client = (broker_ports or {}).get(name) or (next(block), next(block))
                 self.brokers[name] = BrokerReplica(
                     group=group,
                     node=f"n{i}",
@@ -238,8 +244,10 @@ class LocalCluster:
         return {ns: master_of(info, group) for ns, info in self.cluster_infos().items()}
 
     def leader_of(self, group: str) -> str | None:
-        """The client address of `group`'s master, when every name server names the same one."""
-        masters = set(self.masters(group).values())
+        """The client address of `group`'s master, when every name server that answers names
+        the same one (a name server that is down does not count; one without a master does)."""
+        infos = [info for info in self.cluster_infos().values() if info is not None]
+        masters = {master_of(info, group) for info in infos}
         return masters.pop() if len(masters) == 1 else None
 
     def leader_name(self, group: str) -> str | None:

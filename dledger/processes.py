@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,6 +29,45 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+STABLE_PORT_LOW = 10000  # stable ports are picked from here up to the ephemeral range
+PORT_PICK_TRIES_MAX = 1000
+
+
+def ephemeral_low() -> int:
+    """The first port the kernel hands to outgoing connections (32768 if unknown)."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def bindable(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(count: int, host: str = "127.0.0.1") -> int:
+    """The first of `count` consecutive free ports below the ephemeral range.
+
+    Ports from `free_port()` are ephemeral: until a server binds one, any outgoing connection
+    on the machine may take it, and while a server is down (killed, before its restart) too. A
+    cluster that kills and restarts servers, or asks for consecutive ports, takes its ports from
+    below that range instead, where only a bind can take them."""
+    high = ephemeral_low() - count
+    assert high > STABLE_PORT_LOW, f"no room below the ephemeral range for {count} ports"
+    rng = random.Random()
+    for _ in range(PORT_PICK_TRIES_MAX):
+        first = rng.randrange(STABLE_PORT_LOW, high)
+        if all(bindable(first + i, host) for i in range(count)):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports in {STABLE_PORT_LOW}..{high}")
 
 
 def wait_until(

@@ -14,7 +14,7 @@ from pathlib import Path
 from broker.localcluster import BrokerReplica, ClusterStatus
 from dledger.config import Address
 from dledger.dev import format_cluster_status
-from dledger.processes import free_port, wait_until
+from dledger.processes import free_port_block, wait_until
 
 from .test_localcluster import FAKE_BROKER, gone
 
@@ -28,7 +28,8 @@ def dev(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def up_args() -> list[str]:
-    return ["up", "--base-port", str(free_port()), "--broker-command", shlex.join(FAKE_BROKER)]
+    base = free_port_block(2 + 2 * 2 * 3)
+    return ["up", "--base-port", str(base), "--broker-command", shlex.join(FAKE_BROKER)]
 
 
 def test_up_status_kill_down(tmp_path: Path) -> None:
@@ -82,6 +83,8 @@ def test_foreground_shows_the_table_and_stops_everything_on_ctrl_c(tmp_path: Pat
         seen = []
         while time.monotonic() < deadline:
             line = p.stdout.readline()
+            if not line:
+                break  # it exited
             seen.append(line)
             if line.startswith("broker-b n2") or line.split()[:3] == ["broker-b", "n2", "follower"]:
                 break

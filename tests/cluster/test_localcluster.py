@@ -130,6 +130,11 @@ def test_leaders_come_from_the_name_servers(fake_cluster: LocalCluster) -> None:
     assert c.leader_of("broker-b") == c.broker_addresses("broker-b")[0]
     assert c.runtime_info("broker-a/n0") is None
 
+    c.pause("namesrv-1")  # a name server that does not answer does not hide the master
+    assert c.masters("broker-a") == {"namesrv-0": new, "namesrv-1": None}
+    assert c.leader_of("broker-a") == new
+    c.resume("namesrv-1")
+
     c.restart("broker-a/n2")
     c.kill("broker-b/n1", signal.SIGTERM)
     wait_until(lambda: "broker-b/n1" not in c.pids(), 10, what="broker-b/n1 exited")

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from dledger.cli import format_status
-from dledger.localgroup import free_port, wait_until
+from dledger.localgroup import wait_until
+from dledger.processes import free_port_block
 
 
 def dev(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +35,7 @@ def gone(pid: int) -> bool:
 
 def test_up_status_down(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    port = free_port()
+    port = free_port_block(3)
     up = dev(data, "up", "--dledger", "--base-port", str(port))
     assert up.returncode == 0, up.stderr
     pids = json.loads((data / "dev.json").read_text())["pids"]
@@ -65,7 +66,7 @@ def test_foreground_shows_a_table_and_stops_the_group_on_ctrl_c(tmp_path: Path) 
             "--foreground",
             "--dledger",
             "--base-port",
-            str(free_port()),
+            str(free_port_block(3)),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
