@@ -52,10 +52,11 @@ async def handle_pull(
             f"the topic[{topic}] pulling message is forbidden",
             _fields(header.queue_offset, 0, 0),
         )
-    if not 0 <= queue_id < config.queues:
+    if not 0 <= queue_id < config.read_queues:  # RocketMQ's check: read queues, not all queues
         return request.response(
             ResponseCode.SYSTEM_ERROR,
-            f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{config.read_queues}]",
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+            f"topicConfig.readQueueNums:[{config.read_queues}] consumer:[{connection.peer}]",
             _fields(header.queue_offset, 0, 0),
         )
     if header.sys_flag & FLAG_COMMIT_OFFSET and header.commit_offset >= 0:

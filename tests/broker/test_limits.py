@@ -114,6 +114,17 @@ async def test_queue_id_out_of_range(tmp_path: Path) -> None:
         async with open_connection("127.0.0.1", group.leader().config.listen.port) as conn:
             pulled = await conn.request(pull_request(TOPIC, 9, 0))
             assert pulled.code == ResponseCode.SYSTEM_ERROR and "queueId[9]" in pulled.remark
+            # a pull checks the read queues (a topic shrinking: fewer read than write queues)
+            fields = {"topic": "Shrinking", "readQueueNums": "2", "writeQueueNums": "4"}
+            created = await conn.request(
+                RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            )
+            assert created.code == ResponseCode.SUCCESS, created.remark
+            pulled = await conn.request(pull_request("Shrinking", 3, 0))
+            assert pulled.code == ResponseCode.SYSTEM_ERROR, pulled.remark
+            assert "readQueueNums:[2]" in pulled.remark
+            pulled = await conn.request(pull_request("Shrinking", 1, 0))
+            assert pulled.code == ResponseCode.PULL_NOT_FOUND, pulled.remark
 
 
 async def test_unknown_topic_without_auto_creation(tmp_path: Path) -> None:
