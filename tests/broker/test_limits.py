@@ -4,6 +4,7 @@ nothing stored: the queue's max offset, and the topic table, are as before."""
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 from broker.disk import Usage
@@ -12,6 +13,7 @@ from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
+from remoting.headers import SendMessageRequestHeader
 from tests.broker.group import (
     MESSAGE_BYTES_MAX,
     Group,
@@ -72,6 +74,28 @@ async def test_body_over_max_message_size(tmp_path: Path) -> None:
             f"maxMessageSize is {MESSAGE_BYTES_MAX}",
         )
         assert not answer.ext_fields.get("msgId")
+        # one message too large refuses its whole batch
+        batch = batch_request(TOPIC, [b"small", b"x" * MESSAGE_BYTES_MAX, b"small"])
+        await refused(
+            group, batch, ResponseCode.MESSAGE_ILLEGAL, f"maxMessageSize is {MESSAGE_BYTES_MAX}"
+        )
+
+
+def batch_request(topic: str, bodies: list[bytes]) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE as a Java producer sends it (one-letter header names)."""
+    props = b"TAGS\x01TagA\x02"
+    records = b"".join(
+        struct.pack(">iiiii", 20 + len(body) + 2 + len(props), 0, 0, 0, len(body))
+        + body
+        + struct.pack(">h", len(props))
+        + props
+        for body in bodies
+    )
+    request = send_request(topic)
+    header = SendMessageRequestHeader.decode(request.ext_fields)
+    return RemotingCommand.request(
+        RequestCode.SEND_BATCH_MESSAGE, header.encode(short_names=True), records
+    )
 
 
 async def test_properties_over_32_kib(tmp_path: Path) -> None:
