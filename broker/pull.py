@@ -36,6 +36,8 @@ async def handle_pull(
 ) -> RemotingCommand:
     header = PullMessageRequestHeader.decode(request.ext_fields)
     topic, queue_id = header.topic, header.queue_id
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("pull %s %s", connection.peer, dict(request.ext_fields))
     refused = _group_refusal(broker, request, header)
     if refused is not None:
         return refused

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,8 @@ STATE_FILE = "broker-state"
 STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
 REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
-RECENT_SENDS_MAX = 65536  # (queue offset, physical offset) of the latest messages, by index
+RECENT_SENDS_MAX = 65536
+TOPIC_OPS = frozenset({"topic", "delete_topic", "snapshot"})  # (queue offset, physical offset) of the latest messages, by index
 
 QueueKey = tuple[str, int]
 
@@ -99,6 +100,8 @@ class BrokerState:
         self._next_offsets: dict[QueueKey, int] = {}
         self._last_shape: list[QueueKey] = []
         self.shaper = self
+        # called after an apply that created, changed or deleted a topic (re-registration)
+        self.topic_listeners: list[Callable[[], None]] = []
         self._open()
 
     # --- opening and checkpoints -------------------------------------------------------------
@@ -194,6 +197,7 @@ class BrokerState:
         first = batch.first_index
         skip = self.applied_index - first + 1  # entries this state already holds
         positions: list[int] | None = None
+        topics_changed = False
         for k in range(max(skip, 0), len(batch.payloads)):
             if batch.kinds[k] != EntryKind.DATA:
                 continue
@@ -209,11 +213,16 @@ class BrokerState:
                     log.error("index %d: a metadata entry that does not decode; skipped", first + k)
                 else:
                     self.metadata.apply(op)
+                    if op.get("op") in TOPIC_OPS:
+                        topics_changed = True
             else:
                 log.error("index %d: an entry that is neither message nor metadata", first + k)
         self.applied_index = max(self.applied_index, first + len(batch.payloads) - 1)
         self._applied.set()
         self._applied = trio.Event()
+        if topics_changed:
+            for listener in self.topic_listeners:
+                listener()
 
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
         fields = stored_message.read_dispatch(body)
