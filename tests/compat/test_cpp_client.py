@@ -57,6 +57,9 @@ def bodies(messages: list[dict[str, Any]]) -> set[str]:
     return {m["body"] for m in messages}
 
 
+CPP_SEND_TIMEOUT_S = 3.0  # the C++ producer's default send timeout
+
+
 def assert_intact(message: dict[str, Any], scenario: str) -> None:
     """Tags, keys and properties as cpp_driver.make_message set them."""
     seq = seq_of(message)
@@ -171,6 +174,8 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
             30,
             what="the producer sending",
         )
+        # a loaded machine may see an election now and then: wait for one named master
+        wait_until(lambda: cluster.leader_name("broker-a") is not None, 10, what="a master")
         old_master = cluster.leader_of("broker-a")
         killed = cluster.leader_name("broker-a")
         assert killed is not None, cluster.masters("broker-a")
@@ -198,6 +203,11 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
     assert len(failed_after) <= len(after) // 10, failed_after[:5]
     assert sends[-1]["ok"], sends[-1]
     gaps = [b["end"] - a["end"] for a, b in itertools.pairwise(acked)]
-    assert max(gaps) < 3.0, f"no acknowledged send for {max(gaps):.1f} s"
+    # The C++ client learns routes only every 30 s (protocol notes 9.1): a send it aims at the
+    # dead master's address waits out its 3 s send timeout before it retries broker-b's
+    # queues, and it may pick that address again until the route refreshes. Every other
+    # replica forwards, but a dead address cannot. So the bound is one send timeout plus the
+    # retry, and the rate of failures above.
+    assert max(gaps) < CPP_SEND_TIMEOUT_S + 1.5, f"no acknowledged send for {max(gaps):.1f} s"
     assert got["complete"], "the consumer missed acknowledged messages"
     assert {f"failover-{s['seq']}" for s in acked} <= bodies(got["received"])
