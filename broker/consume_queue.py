@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+import attrs
+
 from broker import limits, mapped_file
 from broker.errors import BadQueueName, CorruptConsumeQueue, QueueOffsetOutOfRange
 
@@ -42,6 +44,22 @@ ZERO_UNIT = bytes(UNIT.size)
 CONSUME_QUEUE_DIR = "consumequeue"
 TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")  # RocketMQ's Validators.topic rules
 READ_CHUNK_BYTES = 64 * 1024  # recovery reads a file's head this much at a time
+
+
+@attrs.define
+class FlushPlan:
+    """Mappings to flush, then mappings (of rolled files) to close after their flush."""
+
+    flush: list[mmap.mmap]
+    close: list[mmap.mmap]
+
+
+def run_flush(plan: FlushPlan) -> None:
+    """Blocking: carry out a FlushPlan (any thread; the plan's mappings are its own now)."""
+    for mm in plan.flush:
+        mm.flush()
+    for mm in plan.close:
+        mm.close()
 
 
 class Unit(NamedTuple):
@@ -154,13 +172,20 @@ class ConsumeQueue:
 
     def flush(self) -> None:
         """Write every appended unit to disk."""
+        run_flush(self.flush_plan())
+
+    def flush_plan(self) -> FlushPlan:
+        """What a flush must write (and the rolled files it may then close), taken on the
+        thread that appends; `run_flush` may then run in a worker thread while appends go on."""
+        plan = FlushPlan([], [])
         for mm in self._dirty:
-            mm.flush()
+            plan.flush.append(mm)
             if mm is not self._write:
-                mm.close()
+                plan.close.append(mm)
         self._dirty = []
         if self._write is not None:
-            self._write.flush()
+            plan.flush.append(self._write)
+        return plan
 
     def close(self) -> None:
         self.flush()
@@ -353,8 +378,15 @@ class ConsumeQueueSet:
             queue.truncate_from_position(physical_offset)
 
     def flush(self) -> None:
+        run_flush(self.flush_plan())
+
+    def flush_plan(self) -> FlushPlan:
+        plan = FlushPlan([], [])
         for queue in self._queues.values():
-            queue.flush()
+            part = queue.flush_plan()
+            plan.flush += part.flush
+            plan.close += part.close
+        return plan
 
     def close(self) -> None:
         for queue in self._queues.values():

@@ -366,9 +366,14 @@ class IndexStore:
         f.close()
 
     def flush(self) -> None:
-        for f in self._dirty:
+        for f in self.flush_plan():
             f.flush()
-        self._dirty = []
+
+    def flush_plan(self) -> list[IndexFile]:
+        """The files a flush must write, taken on the thread that indexes (the flush itself
+        may then run in a worker thread)."""
+        dirty, self._dirty = self._dirty, []
+        return dirty
 
     def close(self) -> None:
         self.flush()

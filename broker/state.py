@@ -34,9 +34,9 @@ import trio
 
 from broker import properties as props
 from broker import stored_message
-from broker.consume_queue import CONSUME_QUEUE_DIR, ConsumeQueueSet, Unit
+from broker.consume_queue import CONSUME_QUEUE_DIR, ConsumeQueueSet, FlushPlan, Unit, run_flush
 from broker.entries import EntryType, decode_meta, entry_type
-from broker.index_file import INDEX_DIR, IndexStore
+from broker.index_file import INDEX_DIR, IndexFile, IndexStore
 from broker.metadata import Metadata
 from broker.tag_hash import tags_code
 from dledger import limits as dledger_limits
@@ -54,7 +54,9 @@ STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
 REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
 RECENT_SENDS_MAX = 65536
-TOPIC_OPS = frozenset({"topic", "delete_topic", "snapshot"})  # (queue offset, physical offset) of the latest messages, by index
+TOPIC_OPS = frozenset(
+    {"topic", "delete_topic", "snapshot"}
+)  # (queue offset, physical offset) of the latest messages, by index
 
 QueueKey = tuple[str, int]
 
@@ -163,14 +165,27 @@ class BrokerState:
         }
 
     def flush(self) -> None:
-        """Blocking: the derived files to disk (run in a worker thread)."""
-        self.queues.flush()
-        self.index.flush()
+        """Blocking: the derived files to disk."""
+        self.write_flush(self.flush_plan())
 
-    def write_checkpoint(self, marks: dict[str, Any]) -> None:
-        """Blocking: flush, then record `marks` (taken before the flush, so the files hold at
-        least what they say)."""
-        self.flush()
+    def flush_plan(self) -> tuple[FlushPlan, list[IndexFile]]:
+        """What a flush writes, taken on the event loop (the dispatcher's thread)."""
+        return self.queues.flush_plan(), self.index.flush_plan()
+
+    @staticmethod
+    def write_flush(plan: tuple[FlushPlan, list[IndexFile]]) -> None:
+        """Blocking, any thread: carry out a flush_plan while the dispatcher goes on."""
+        queues, index_files = plan
+        run_flush(queues)
+        for f in index_files:
+            f.flush()
+
+    def write_checkpoint(
+        self, marks: dict[str, Any], plan: tuple[FlushPlan, list[IndexFile]] | None = None
+    ) -> None:
+        """Blocking: flush (the plan taken with `marks`, or now), then record `marks` (taken
+        before the flush, so the files hold at least what they say)."""
+        self.write_flush(plan if plan is not None else self.flush_plan())
         write_state_file(self.root / STATE_FILE, STATE_MAGIC, marks)
 
     async def run_checkpoints(self, interval_s: float) -> None:
@@ -180,8 +195,9 @@ class BrokerState:
                 await trio.sleep(interval_s)
                 if written == self.applied_index:
                     continue
-                marks = self.checkpoint_marks()
-                await trio.to_thread.run_sync(self.write_checkpoint, marks)
+                # marks and plan on the loop: the worker thread touches no shared table
+                marks, plan = self.checkpoint_marks(), self.flush_plan()
+                await trio.to_thread.run_sync(self.write_checkpoint, marks, plan)
                 written = marks["applied_index"]
         finally:
             with trio.CancelScope(shield=True):

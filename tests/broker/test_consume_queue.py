@@ -300,3 +300,20 @@ class QueueMatchesList(RuleBasedStateMachine):
 
 TestQueueMatchesList = QueueMatchesList.TestCase
 TestQueueMatchesList.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
+
+
+def test_a_flush_plan_is_taken_on_the_dispatcher_and_run_elsewhere(tmp_path: Path) -> None:
+    """The checkpoint flushes in a worker thread while the dispatcher creates queues: the thread
+    must only touch the plan (it iterated the set's table and died with "dictionary changed
+    size during iteration" when a topic was auto-created meanwhile)."""
+    from broker.consume_queue import ConsumeQueueSet, run_flush
+
+    queues = ConsumeQueueSet.open(tmp_path, units_per_file=4)
+    queues.queue("A", 0).append(0, 100, 10, 0)
+    plan = queues.flush_plan()
+    queues.queue("B", 0).append(0, 200, 10, 0)  # a topic created while the plan is written
+    run_flush(plan)
+    later = queues.flush_plan()
+    assert len(later.flush) == 2  # both queues' current files
+    run_flush(later)
+    queues.close()
