@@ -209,11 +209,25 @@ def push_consume(args: argparse.Namespace, orderly: bool) -> tuple[dict[str, Any
         return {"received": list(inbox.received), "complete": complete}, consumer
 
 
-def pull(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+def pull_consumer_class() -> Any:
     from rocketmq.client import PullConsumer
 
+    class BrokerAwarePullConsumer(PullConsumer):  # type: ignore[misc]
+        """The binding's PullConsumer keeps its next offsets by "topic@queueId", so queue 0 of
+        broker-a and queue 0 of broker-b share one offset: with two broker groups it skips and
+        re-reads messages. The same consumer with the broker's name in the key."""
+
+        offset_table: dict[str, int] = {}  # per class, as the binding has it
+
+        def _get_mq_key(self, mq: Any) -> str:
+            return f"{text(mq.topic)}@{text(mq.brokerName)}@{mq.queueId}"
+
+    return BrokerAwarePullConsumer
+
+
+def pull(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     inbox = Inbox(args)
-    consumer = PullConsumer(args.group)
+    consumer = pull_consumer_class()(args.group)
     consumer.set_namesrv_addr(args.namesrv)
     consumer.start()
     deadline = time.monotonic() + args.timeout
