@@ -150,7 +150,7 @@ def prepare_jvm_archive() -> dict[str, Any]:
     """dledger-audit-prepare, as an installation would have run it (not timed with the audit)."""
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "spark.jvm_archive"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "spark.prepare"], capture_output=True, text=True, check=True
     )
     return {
         "path": str(jvm_archive.archive_path(session.JVM_OPTIONS)),

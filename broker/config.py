@@ -38,6 +38,7 @@ from broker import limits as broker_limits
 from broker.consume_queue import CONSUME_QUEUE_DIR
 from broker.index_file import INDEX_DIR
 from broker.properties_file import Property, read_properties
+from broker.state import Geometry
 from dledger import limits as dledger_limits
 from dledger.config import (
     GROUP,
@@ -128,6 +129,19 @@ class BrokerConfig:
         dledger_limits.ELECTION_TICKS_MAX_DEFAULT * dledger_limits.TICK_MS_DEFAULT
     )
     log_level: str = "INFO"
+    # the derived files' geometry (RocketMQ's defaults; tests run with small ones)
+    consume_queue_file_bytes: int = (
+        broker_limits.CQ_UNITS_PER_FILE_DEFAULT * broker_limits.CQ_UNIT_BYTES
+    )
+    index_slots: int = broker_limits.INDEX_SLOTS_DEFAULT  # maxHashSlotNum
+    index_items: int = broker_limits.INDEX_ITEMS_DEFAULT  # maxIndexNum
+
+    def geometry(self) -> Geometry:
+        return Geometry(
+            cq_units_per_file=self.consume_queue_file_bytes // broker_limits.CQ_UNIT_BYTES,
+            index_slots=self.index_slots,
+            index_items=self.index_items,
+        )
 
     def __attrs_post_init__(self) -> None:
         for key in KEYS:  # each value within its key's range, and -m prints what reads back
@@ -259,6 +273,13 @@ def read_int(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return read
+
+
+def read_cq_file_bytes(text: str) -> int:
+    value = read_int(broker_limits.CQ_UNIT_BYTES, 1 << 30)(text)
+    if value % broker_limits.CQ_UNIT_BYTES:
+        raise ValueError(f"{value} is not a multiple of {broker_limits.CQ_UNIT_BYTES}")
+    return value
 
 
 def read_bool(text: str) -> bool:
@@ -410,6 +431,12 @@ KEYS: tuple[Key, ...] = (
     Key("mappedFileSizeCommitLog", "--segment-bytes", "segment_bytes",
         read_int(dledger_limits.SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
         "log segment size; the same on every replica"),
+    Key("mappedFileSizeConsumeQueue", "--cq-file-bytes", "consume_queue_file_bytes",
+        read_cq_file_bytes, "ConsumeQueue file size (bytes, a multiple of 20)"),
+    Key("maxHashSlotNum", "--index-slots", "index_slots", read_int(1, 50_000_000),
+        "hash slots per IndexFile"),
+    Key("maxIndexNum", "--index-items", "index_items", read_int(2, 200_000_000),
+        "index items per IndexFile"),
     Key("tickMs", "--tick-ms", "tick_ms", read_ms, "Raft tick", rocketmq=False),
     Key("heartbeatMs", "--heartbeat-ms", "heartbeat_ms", read_ms, "Raft heartbeat",
         rocketmq=False),

@@ -16,6 +16,7 @@ import trio
 from broker import stored_message
 from broker.clients import ClientRegistry
 from broker.config import BrokerConfig
+from broker.disk import DiskGuard
 from broker.metadata import DEFAULT_TOPIC, PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig
 from broker.offsets import OffsetCoalescer
 from broker.state import BrokerState, Placed
@@ -38,6 +39,12 @@ class Broker:
     clients: ClientRegistry
     offsets: OffsetCoalescer
     started_ms: int = 0
+    disk: DiskGuard = attrs.field(
+        default=attrs.Factory(
+            lambda self: DiskGuard(self.config.store_root, self.config.disk_max_used_percent / 100),
+            takes_self=True,
+        )
+    )
     background: trio.Nursery = attrs.field(init=False)  # tasks a handler leaves running
     registrar: Registrar = attrs.field(init=False)
 

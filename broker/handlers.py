@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from broker import admin, consumer_manage, pull, send
+from broker import admin, consumer_manage, pull, query, send, stats
 from broker.context import Broker
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -37,6 +37,11 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.handle_all_groups,
     RequestCode.GET_BROKER_RUNTIME_INFO: admin.handle_runtime_info,
     RequestCode.GET_BROKER_CONFIG: admin.handle_broker_config,
+    RequestCode.VIEW_MESSAGE_BY_ID: query.handle_view_message,
+    RequestCode.QUERY_MESSAGE: query.handle_query_message,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: stats.handle_consumer_connections,
+    RequestCode.GET_TOPIC_STATS_INFO: stats.handle_topic_stats,
+    RequestCode.GET_CONSUME_STATS: stats.handle_consume_stats,
 }
 
 

@@ -253,6 +253,11 @@ class IndexStore:
         """Physical offset of the last message indexed, -1 if none."""
         return self._files[-1].end_phy_offset if self._files else -1
 
+    @property
+    def end_timestamp_ms(self) -> int:
+        """Store timestamp of the last message indexed, 0 if none (indexLastUpdateTimestamp)."""
+        return self._files[-1].end_timestamp_ms if self._files else 0
+
     def index_message(
         self,
         topic: str,

@@ -36,6 +36,11 @@ async def handle_pull(
 ) -> RemotingCommand:
     header = PullMessageRequestHeader.decode(request.ext_fields)
     topic, queue_id = header.topic, header.queue_id
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("pull %s %s", connection.peer, dict(request.ext_fields))
+    refused = _group_refusal(broker, request, header)
+    if refused is not None:
+        return refused
     config = broker.topic(topic)
     if config is None:
         return request.response(
@@ -49,10 +54,11 @@ async def handle_pull(
             f"the topic[{topic}] pulling message is forbidden",
             _fields(header.queue_offset, 0, 0),
         )
-    if not 0 <= queue_id < config.queues:
+    if not 0 <= queue_id < config.read_queues:  # RocketMQ's check: read queues, not all queues
         return request.response(
             ResponseCode.SYSTEM_ERROR,
-            f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{config.read_queues}]",
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+            f"topicConfig.readQueueNums:[{config.read_queues}] consumer:[{connection.peer}]",
             _fields(header.queue_offset, 0, 0),
         )
     if header.sys_flag & FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
@@ -70,11 +76,45 @@ async def handle_pull(
     )
     deadline = trio.current_time() + suspend_s
     while True:
-        response = _read(broker, request, topic, queue_id, header.queue_offset, wanted, codes)
+        response = _read(
+            broker, request, topic, queue_id, header.queue_offset, wanted, codes, _sure(broker)
+        )
         if response.code != ResponseCode.PULL_NOT_FOUND or trio.current_time() >= deadline:
             return response
         with trio.move_on_at(deadline):
             await broker.state.wait_arrival(topic, queue_id)
+
+
+def _group_refusal(
+    broker: Broker, request: RemotingCommand, header: PullMessageRequestHeader
+) -> RemotingCommand | None:
+    """RocketMQ's checks of the subscription group, before the topic's: an unknown group is
+    refused when groups are not created on first use; a group with consuming disabled too."""
+    group = broker.state.metadata.groups.get(header.consumer_group)
+    fields = _fields(header.queue_offset, 0, 0)
+    if group is None and not broker.config.auto_create_subscription_group:
+        return request.response(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"subscription group [{header.consumer_group}] does not exist "
+            "(autoCreateSubscriptionGroup is false: create it first)",
+            fields,
+        )
+    if group is not None and not group.consume_enable:
+        return request.response(
+            ResponseCode.NO_PERMISSION,
+            f"subscription group no permission, {header.consumer_group}",
+            fields,
+        )
+    return None
+
+
+def _sure(broker: Broker) -> bool:
+    """Whether this replica's queues end where the group's committed log does: it leads and
+    has applied all it knows committed. Only then is an offset past a queue's end illegal; on
+    a follower (or a leader still applying) it may be one this replica has not applied yet,
+    so the pull waits for it instead of moving the consumer (RocketMQ's slave, without
+    offsetCheckInSlave, keeps the offset too)."""
+    return broker.is_leader and broker.state.applied_index >= broker.node.commit_index
 
 
 def _fields(next_begin: int, lo: int, hi: int) -> dict[str, str]:
@@ -91,9 +131,16 @@ def _read(
     offset: int,
     wanted: int,
     codes: set[int] | None,
+    sure: bool,
 ) -> RemotingCommand:
     state = broker.state
     lo, hi = state.queue_range(topic, queue_id)
+    if offset > hi and not sure:
+        return request.response(
+            ResponseCode.PULL_NOT_FOUND,
+            f"offset {offset} is past this replica's applied end, {hi}",
+            _fields(offset, lo, hi),
+        )
     if hi == 0:
         if offset == 0:
             return request.response(

@@ -188,6 +188,13 @@ async def _send(
                 f"{broker.config.message_bytes_max}",
             )
         records.append(record)
+    disk_full = broker.disk.full()
+    if disk_full is not None:  # RocketMQ's checkStoreStatus: the store is not writable
+        raise SendRefused(
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            f"service not available now. It may be caused by one of the following reasons: "
+            f"{disk_full}, messages are put to the slave, message store has been shut down, etc.",
+        )
     bodies = ([create] if create is not None else []) + records
     try:
         written = await broker.writes.append(bodies, SEND_TIMEOUT_S)

@@ -53,7 +53,7 @@ async def serve(
         node_config.store_dir, node_config.store, group=config.group, self_id=config.self_id
     ) as store:
         log.info("log store recovered: %s", store.recovery)
-        state = BrokerState(config.store_root, store, geometry)
+        state = BrokerState(config.store_root, store, geometry or config.geometry())
         try:
             node = Node(node_config, store, state)
             node.on_role_change(state.on_role_change)
@@ -67,6 +67,7 @@ async def serve(
                 broker.background = nursery
                 broker.registrar = Registrar(broker)
                 node.on_role_change(lambda role: broker.registrar.role_changed())
+                state.topic_listeners.append(broker.registrar.topics_changed)
                 await nursery.start(host_node, node)
                 await nursery.start(clients.run)
                 nursery.start_soon(offsets.run)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,9 @@ log = logging.getLogger("broker.state")
 STATE_FILE = "broker-state"
 STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
-RECENT_SENDS_MAX = 65536  # (queue offset, physical offset) of the latest messages, by index
+REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
+RECENT_SENDS_MAX = 65536
+TOPIC_OPS = frozenset({"topic", "delete_topic", "snapshot"})  # (queue offset, physical offset) of the latest messages, by index
 
 QueueKey = tuple[str, int]
 
@@ -98,6 +100,8 @@ class BrokerState:
         self._next_offsets: dict[QueueKey, int] = {}
         self._last_shape: list[QueueKey] = []
         self.shaper = self
+        # called after an apply that created, changed or deleted a topic (re-registration)
+        self.topic_listeners: list[Callable[[], None]] = []
         self._open()
 
     # --- opening and checkpoints -------------------------------------------------------------
@@ -114,7 +118,8 @@ class BrokerState:
             lengths = {(t, int(q)): int(n) for t, q, n in saved["queues"]}
             for topic, queue_id, queue in self.queues:
                 queue.truncate_after(lengths.get((topic, queue_id), 0) - 1)
-            self.index.truncate_from_position(int(saved["index_end"]) + 1)
+            reindex_from = self.index.truncate_from_position(int(saved["index_end"]) + 1)
+            self._reindex(reindex_from, self.applied_index)
             log.info("broker state restored at index %d", self.applied_index)
         else:
             why = "no checkpoint" if saved is None else "derived files behind the checkpoint"
@@ -126,6 +131,20 @@ class BrokerState:
             self.queues = ConsumeQueueSet.open(self.root, geometry.cq_units_per_file)
             self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
             self.applied_index = self.store.first_index - 1
+
+    def _reindex(self, physical_offset: int, through_index: int) -> None:
+        """Index again the messages from `physical_offset` up to entry `through_index` (the
+        IndexStore dropped the file being written at the checkpoint: it may be torn)."""
+        store = self.store
+        if through_index < store.first_index:
+            return
+        index = store.first_index_at_or_after(physical_offset - HEADER_BYTES)
+        while index <= through_index:
+            batch = store.read(index, through_index, REINDEX_READ_BYTES)
+            for kind, body in zip(batch.kinds, batch.payloads, strict=True):
+                if kind == EntryKind.DATA and entry_type(body) is EntryType.MESSAGE:
+                    self.index.index_record(body)
+            index += len(batch.payloads)
 
     def _derived_files_hold(self, saved: dict[str, Any]) -> bool:
         for topic, queue_id, length in saved["queues"]:
@@ -178,6 +197,7 @@ class BrokerState:
         first = batch.first_index
         skip = self.applied_index - first + 1  # entries this state already holds
         positions: list[int] | None = None
+        topics_changed = False
         for k in range(max(skip, 0), len(batch.payloads)):
             if batch.kinds[k] != EntryKind.DATA:
                 continue
@@ -193,11 +213,16 @@ class BrokerState:
                     log.error("index %d: a metadata entry that does not decode; skipped", first + k)
                 else:
                     self.metadata.apply(op)
+                    if op.get("op") in TOPIC_OPS:
+                        topics_changed = True
             else:
                 log.error("index %d: an entry that is neither message nor metadata", first + k)
         self.applied_index = max(self.applied_index, first + len(batch.payloads) - 1)
         self._applied.set()
         self._applied = trio.Event()
+        if topics_changed:
+            for listener in self.topic_listeners:
+                listener()
 
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
         fields = stored_message.read_dispatch(body)

@@ -35,6 +35,9 @@ RequestHandler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCom
 TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 
+CLOSED_BY_PEER = "closed by the peer"
+
+
 @attrs.define
 class _Waiter:
     """One of our requests awaiting its response."""
@@ -63,6 +66,8 @@ class Connection:
             limits.OUTBOX_FRAMES_MAX
         )
         self._in_flight = 0
+        self._idle = trio.Event()  # set whenever no request is being handled
+        self._idle.set()
         self._in_flight_max = requests_in_flight_max
         self._opaques = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
@@ -129,6 +134,13 @@ class Connection:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write)
                     reason = await self._read(nursery)
+                    if reason == CLOSED_BY_PEER and self._in_flight:
+                        # A client may close right after its last request (the C++ client's
+                        # one-way sends, a producer shutting down): what it sent is still
+                        # handled, within a bound; only the answers have nowhere to go.
+                        self._end(reason)
+                        with trio.move_on_after(limits.CLOSED_REQUESTS_GRACE_S):
+                            await self._idle.wait()
                     nursery.cancel_scope.cancel()
         finally:
             self._end(reason)
@@ -163,7 +175,7 @@ class Connection:
                 data = await self._stream.receive_some(limits.RECEIVE_BYTES)
                 if not data:
                     self._decoder.check_closed()
-                    return "closed by the peer"
+                    return CLOSED_BY_PEER
                 self._decoder.feed(data)
         except FrameError as err:
             log.warning("closing connection from %s: %s", self.peer, err)
@@ -191,6 +203,7 @@ class Connection:
             await self._answer(request, request.response(ResponseCode.SYSTEM_BUSY, remark))
             return
         self._in_flight += 1
+        self._idle = trio.Event()
         nursery.start_soon(self._handle, request)
 
     async def _handle(self, request: RemotingCommand) -> None:
@@ -207,6 +220,8 @@ class Connection:
             log.debug("%s: closed before %s was answered", self.peer, code_name(request.code))
         finally:
             self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
 
     async def _response_to(self, request: RemotingCommand) -> RemotingCommand:
         if self._handler is None:

@@ -313,6 +313,30 @@ class QueryMessageRequestHeader(Header):
     end_timestamp: int = integer("endTimestamp")
 
 
+@attrs.frozen
+class QueryMessageResponseHeader(Header):
+    index_last_update_timestamp: int = integer("indexLastUpdateTimestamp")
+    index_last_update_phyoffset: int = integer("indexLastUpdatePhyoffset")
+
+
+@attrs.frozen
+class TopicRequestHeader(Header):
+    """GET_TOPIC_STATS_INFO: one topic."""
+
+    topic: str = text("topic")
+
+
+@attrs.frozen
+class GetConsumerConnectionListRequestHeader(Header):
+    consumer_group: str = text("consumerGroup")
+
+
+@attrs.frozen
+class GetConsumeStatsRequestHeader(Header):
+    consumer_group: str = text("consumerGroup")
+    topic: str | None = text("topic", optional=True)  # absent or "": every subscribed topic
+
+
 # --- broker: clients -----------------------------------------------------------------------------
 
 

@@ -37,3 +37,7 @@ assert MESSAGE_BODY_BYTES_MAX + 64 * KiB <= FRAME_BYTES_MAX  # a message and its
 assert HEADER_BYTES_MAX < FRAME_BYTES_MAX  # the frame's bound is the tighter one for headers
 assert REQUESTS_IN_FLIGHT_MAX >= 64  # a consumer owning many queues of one broker long-polls each
 assert RECEIVE_BYTES <= FRAME_BYTES_MAX
+
+# Requests already read when a client closes its connection are still handled for this long
+# (a send's own timeout is 3 s); held pulls and the like are cancelled after it.
+CLOSED_REQUESTS_GRACE_S = 5.0

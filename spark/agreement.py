@@ -15,7 +15,11 @@ from pyspark.sql import functions as F
 from spark import checks
 from spark.checks import ERROR, NOTE, finding
 
-VERSION_FIELDS = ("term", "size", "body_crc")  # what replicas must agree on per index
+# What replicas must agree on per index: the body's SHA-256, which the reader computes itself
+# (spark/parse.py), not the stored CRC-32. CRC-32 is linear: a body rewritten on one replica
+# with four bytes chosen to keep its CRC would agree by CRC (docs/audit.md). The stored CRCs
+# still check each copy for rot (`malformed_entry`).
+VERSION_FIELDS = ("term", "size", "body_digest")
 
 
 def committed(entries: DataFrame, replicas: DataFrame) -> DataFrame:
@@ -29,8 +33,9 @@ def committed(entries: DataFrame, replicas: DataFrame) -> DataFrame:
 
 
 def _version(prefix: str = "") -> Column:
+    term, size, digest = (F.col(prefix + f) for f in VERSION_FIELDS)
     return F.format_string(
-        "term %d size %d body_crc 0x%08X", *(F.col(prefix + f) for f in VERSION_FIELDS)
+        "term %d size %d body sha256 %s", term, size, F.lower(F.substring(F.hex(digest), 1, 16))
     )
 
 
@@ -45,18 +50,19 @@ def bucket_summary(
     entries: DataFrame, replicas: DataFrame, bucket_bits: int = BUCKET_BITS
 ) -> DataFrame:
     """Per (group, bucket of 2^bucket_bits indexes, replica): how many sound committed entries
-    the replica holds there (`n`) and two 64-bit digests of their (index, term, size,
-    body_crc). One pass with numeric aggregates only (a hash aggregation, a tiny result). Both
-    group checks start from it and take it as `summary` when the caller has it already
-    (job.py collects it once), since Spark would otherwise scan the entries for it per use."""
-    fields = ("index", *VERSION_FIELDS)
+    the replica holds there (`n`) and the SHA-256 of their (index, term, size, body_digest)
+    in index order (`digest`, hex). A cryptographic digest of the ordered list, not an XOR of
+    per-row hashes: an XOR sum is linear, and edits on a few hundred entries can be chosen by
+    Gaussian elimination to leave it unchanged. Both group checks start from it and take it as
+    `summary` when the caller has it already (job.py collects it once), since Spark would
+    otherwise scan the entries for it per use."""
+    fields = F.struct("index", *VERSION_FIELDS)
     return (
         committed(entries, replicas)
         .groupBy("group", _bucket(bucket_bits), "replica")
         .agg(
             F.count("*").alias("n"),
-            F.bit_xor(F.xxhash64(*fields)).alias("digest"),
-            F.bit_xor(F.xxhash64(*reversed(fields), F.lit("dledger"))).alias("digest2"),
+            F.sha2(F.to_json(F.array_sort(F.collect_list(fields))), 256).alias("digest"),
         )
     )
 
@@ -70,11 +76,11 @@ def divergent_entries(
     """Per replica, the first committed index where it holds another entry than the majority
     of the replicas holding that index (or where no version has a majority).
 
-    Buckets whose holders all hold the same number of entries with the same digests agree
-    index by index (unless two independent 64-bit digests collide at once); only the other
-    buckets are compared index by index."""
+    Buckets whose holders all hold the same number of entries with the same digest agree
+    index by index (unless SHA-256 collides); only the other buckets are compared index by
+    index."""
     summary = _summary(entries, replicas, summary, bucket_bits)
-    held = F.struct("n", "digest", "digest2")
+    held = F.struct("n", "digest")
     suspect = (
         summary.groupBy("group", "bucket")
         .agg(F.min(held).alias("lo"), F.max(held).alias("hi"))

@@ -8,6 +8,7 @@ what an unwritten part of a preallocated segment holds (magic 0 = end of data).
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from types import TracebackType
 
@@ -19,6 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from spark import crc, formats, layout
 
+DIGEST_BYTES = 32  # SHA-256 of each body: what replicas must agree on (docs/decisions.md)
 WINDOW_BYTES_MAX = 16 * formats.MiB  # data bytes read at once, plus at most one entry
 OPEN_SEGMENTS_MAX = 4  # a task's entries fall in one or two segments; more are closed again
 assert WINDOW_BYTES_MAX >= formats.ENTRY_BYTES_MAX  # a window always holds a whole entry
@@ -42,6 +44,7 @@ class Entries:
     body_crc: np.ndarray
     header_ok: np.ndarray  # bool
     body_ok: np.ndarray  # bool; meaningful where header_ok
+    digest: np.ndarray  # uint8, n x DIGEST_BYTES: SHA-256 of the body; zeros where no header
     after_magic: np.ndarray  # -1: no bytes follow (the entry ends its segment, or no header)
     after_size: np.ndarray
 
@@ -63,6 +66,7 @@ class Entries:
             body_crc=zeros.copy(),
             header_ok=np.zeros(n, dtype=bool),
             body_ok=np.zeros(n, dtype=bool),
+            digest=np.zeros((n, DIGEST_BYTES), dtype=np.uint8),
             after_magic=np.full(n, -1, dtype=np.int64),
             after_size=np.full(n, -1, dtype=np.int64),
         )
@@ -214,6 +218,7 @@ def _parse_window(
         out.header_ok[members] = True
         out.body_ok[members] = True
         ends = offsets + size
+        out.digest[members] = _digests(window, offsets + formats.ENTRY_HEADER_BYTES, ends)
     else:
         header_crcs = crc.crc32_rows(rows[:, : formats.ENTRY_HEADER_CRC_BYTES])
         header_ok = shape_ok & (header_crcs == header["header_crc"])
@@ -223,8 +228,9 @@ def _parse_window(
             return
         ends = offsets[good] + size[good]
         starts = offsets[good] + formats.ENTRY_HEADER_BYTES
-        got = _body_crcs(files, window, starts, ends, lo - first, name)
+        got, digests = _body_crcs(files, window, starts, ends, lo - first, name)
         out.body_ok[members[good]] = got == header["body_crc"][good]
+        out.digest[members[good]] = digests
     # the 8 bytes after each entry: the next entry's magic and size, a blank record, or zeros
     inside = ends + formats.BLANK_BYTES_MIN <= len(window)
     after = np.zeros((len(good), formats.BLANK_BYTES_MIN), dtype=np.uint8)
@@ -239,19 +245,27 @@ def _parse_window(
     out.after_size[members[good]] = np.where(at_segment_end, -1, words[:, 1])
 
 
+def _digests(window: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """SHA-256 of each body [starts, ends) of `window`, as an n x DIGEST_BYTES matrix."""
+    view = window.data
+    sha256 = hashlib.sha256
+    joined = b"".join(
+        sha256(view[a:b]).digest() for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+    )
+    return np.frombuffer(joined, dtype=np.uint8).reshape(-1, DIGEST_BYTES)
+
+
 def _body_crcs(
     files: Files, window: np.ndarray, starts: np.ndarray, ends: np.ndarray, at: int, name: str
-) -> np.ndarray:
-    """CRC-32 of each body [starts, ends) of `window` (which starts at `at` in file `name`),
-    one ISA-L call per entry; a body past the window's end (its index record understated its
-    size) is read on its own."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """CRC-32 and SHA-256 of each body [starts, ends) of `window` (which starts at `at` in
+    file `name`), one ISA-L call per entry; a body past the window's end (its index record
+    understated its size) is read on its own."""
     view = window.data
-    crc32 = isal_zlib.crc32
-    if (ends <= len(window)).all():
-        got = [crc32(view[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
-    else:
-        got = [
-            crc32(view[a:b]) if b <= len(window) else crc32(files.read(name, at + a, b - a).data)
-            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-        ]
-    return np.array(got, dtype=np.int64)
+    crcs, digests = [], []
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        body = view[a:b] if b <= len(window) else files.read(name, at + a, b - a).data
+        crcs.append(isal_zlib.crc32(body))
+        digests.append(hashlib.sha256(body).digest())
+    matrix = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, DIGEST_BYTES)
+    return np.array(crcs, dtype=np.int64), matrix

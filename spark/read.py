@@ -62,6 +62,7 @@ ENTRY_SCHEMA = pa.schema(
         ("h_position", pa.int64()),
         ("kind", pa.int32()),
         ("body_crc", pa.int64()),
+        ("body_digest", pa.binary()),  # SHA-256 of the body, computed here; null: no header
         ("header_ok", pa.bool_()),  # magic, header CRC and size bounds hold
         ("body_ok", pa.bool_()),  # body CRC holds; null when the header is not ok
         ("after_magic", pa.int64()),  # the 4+4 bytes after the entry; null at a segment's end
@@ -200,6 +201,7 @@ def entry_batch(replica: layout.Replica, facts: ChunkFacts) -> pa.RecordBatch:
         "h_position": pa.array(data.position, mask=data.no_header),
         "kind": pa.array(data.kind, mask=data.no_header),
         "body_crc": pa.array(data.body_crc, mask=data.no_header),
+        "body_digest": digest_array(data.digest, data.no_header),
         "header_ok": pa.array(data.header_ok),
         "body_ok": pa.array(data.body_ok, mask=~data.header_ok),
         "after_magic": pa.array(data.after_magic, mask=after_missing),
@@ -212,6 +214,20 @@ def entry_batch(replica: layout.Replica, facts: ChunkFacts) -> pa.RecordBatch:
     batch = pa.RecordBatch.from_pydict(columns, schema=ENTRY_SCHEMA)
     # drop the slot before lo (it belongs to the previous chunk): slots are sorted
     return batch.slice(int(np.searchsorted(slots, facts.lo)))
+
+
+def digest_array(digests: np.ndarray, missing: np.ndarray) -> pa.Array:
+    """An n x DIGEST_BYTES matrix as a binary column, null where `missing`, without a
+    Python object per row."""
+    n, width = digests.shape
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    valid = pa.array(~missing).buffers()[1] if missing.any() else None
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [valid, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(digests))],
+        null_count=int(missing.sum()),
+    )
 
 
 def _strings(names: list[str], of: np.ndarray) -> pa.Array:

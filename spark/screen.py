@@ -14,7 +14,7 @@ simple and strict rather than complete:
     the entry before it ends (no blank record, no segment change inside or at the start of the
     chunk), its term is not below the term before, and it is at or below its replica's own
     commit index;
-  - every replica holding an index holds the same term, size and body CRC there, and a quorum
+  - every replica holding an index holds the same term, size and body (SHA-256) there, and a quorum
     of the group holds or has retained away every index of the chunk.
 
 On a plain chunk no check can find anything (each rule of spark/checks.py and
@@ -96,13 +96,14 @@ class Held:
     bytes: int
     term: np.ndarray  # of the rows, by slot from first_index
     size: np.ndarray
-    body_crc: np.ndarray
+    digest: np.ndarray  # n x parse.DIGEST_BYTES: SHA-256 of each body
 
     @classmethod
     def nothing(cls, shape_ok: bool) -> Held:
         """A replica holding nothing of the chunk (or, not shape_ok, not known to)."""
         none = np.zeros(0, np.int64)
-        return cls(shape_ok, 0, None, None, 0, none, none, none)
+        digests = np.zeros((0, parse.DIGEST_BYTES), np.uint8)
+        return cls(shape_ok, 0, None, None, 0, none, none, digests)
 
 
 def group_commit(members: Sequence[layout.Replica]) -> int:
@@ -141,7 +142,7 @@ def judge_replica(
         bytes=int(size.sum()),
         term=data.term[k:],
         size=size,
-        body_crc=data.body_crc[k:],
+        digest=data.digest[k:],
     )
     if n == 0:
         return held
@@ -224,16 +225,18 @@ def judge_group(
         return True  # no entry anywhere: nothing for a check to see, in either pass
     width = hi - lo
     seen = np.zeros(width, dtype=bool)  # a holder's values are in `reference`
-    reference = np.zeros((3, width), dtype=np.int64)  # term, size, body_crc per index
+    reference = np.zeros((2, width), dtype=np.int64)  # term, size per index
+    digests = np.zeros((width, parse.DIGEST_BYTES), dtype=np.uint8)  # SHA-256 of the body
     for held in helds:
         if held.first_index is None:
             continue
         at = held.first_index - lo
         span = slice(at, at + held.rows)
-        values = np.stack([held.term, held.size, held.body_crc])
+        values = np.stack([held.term, held.size])
         new = ~seen[span]
         reference[:, span][:, new] = values[:, new]
-        if (reference[:, span] != values).any():
+        digests[span][new] = held.digest[new]
+        if (reference[:, span] != values).any() or (digests[span] != held.digest).any():
             return False
         seen[span] = True
     b_lo, b_hi = lo, min(group_commit, bucket_end)
@@ -323,7 +326,7 @@ SPANS_SCHEMA = (  # checks.replica_spans
     "group string, replica string, entries long, first_index long, last_index long, bytes long"
 )
 SUMMARY_SCHEMA = (  # agreement.bucket_summary
-    "group string, bucket long, replica string, n long, digest long, digest2 long"
+    "group string, bucket long, replica string, n long, digest string"
 )
 
 
@@ -405,11 +408,11 @@ class Screened:
 
     def plain_summary(
         self, replicas: Sequence[layout.Replica]
-    ) -> list[tuple[str, int, str, int, int, int]]:
+    ) -> list[tuple[str, int, str, int, str]]:
         """SUMMARY_SCHEMA rows, with buckets of 2^chunk_bits indexes, of the plain chunks (a
         chunk is all of its bucket the logs reach): each replica's committed entries there are
         the slots first_index..last_index up to the group commit, and all holders hold the
-        same entries, so one digest (0) stands for all."""
+        same entries, so one digest ("plain") stands for all."""
         commits = {
             g: group_commit([r for r in replicas if r.group == g])
             for g in {r.group for r in replicas}
@@ -420,5 +423,5 @@ class Screened:
                 continue
             n = min(c.last_index, commits[c.group]) - c.first_index + 1
             if n > 0:
-                rows.append((c.group, c.lo >> self.chunk_bits, c.replica, n, 0, 0))
+                rows.append((c.group, c.lo >> self.chunk_bits, c.replica, n, "plain"))
         return rows

@@ -240,6 +240,13 @@ class LogStore:
             raise Compacted(self._start.prev.index, self.first_index)
         return self._reader.at(position, self.first_index, self._last_index)
 
+    def first_index_at_or_after(self, position: int) -> int:
+        """The first index whose entry starts at or after byte `position` (last_index + 1 when
+        none does)."""
+        if self._last_index < self.first_index:
+            return self.first_index
+        return self._reader.first_index_from(position, self.first_index, self._last_index)
+
     def positions(self, lo: int, hi: int) -> list[int]:
         """Byte positions of entries lo..hi (the broker's physical offsets, less the header)."""
         self._check_range(lo, hi)

@@ -7,22 +7,25 @@ dissertation); then one handler per message, grouped by the role that receives i
 The core reads the log through `RaftLog` and changes it only through `Persist` effects,
 which the caller performs before the next event. Within one step the core may both change
 the log and read it back (a new leader appends its no-op and sends it), so it reads through
-`_term_at`, `_last_index` and `_read`, which see the step's pending changes on top of the log.
+`self.view` (`log_view.py`), which sees the step's pending changes on top of the log, and
+changes the log through `_append`, `_truncate_after` and `_reset`, which also keep the
+configuration history (`config_history.py`) and the durable index in step with the log.
 
 This module is longer than ~400 lines because the protocol is one state machine whose
-handlers share its state; the leader-only state, the follower progress and membership live in
-their own modules.
+handlers share its state; the step's view of the log, the configuration history, the
+leader-only state, the follower progress and membership live in their own modules.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import assert_never
 
 import attrs
 
 from dledger.raft.config import RaftConfig
+from dledger.raft.config_history import ConfigHistory
 from dledger.raft.entries import (
     EntryBatch,
     EntryId,
@@ -53,8 +56,10 @@ from dledger.raft.events import (
     TransferLeadership,
 )
 from dledger.raft.leader import LeaderState
+from dledger.raft.log_view import LogView
 from dledger.raft.membership import (
     ChangeKind,
+    ChangeRefused,
     ConfigEntry,
     Membership,
     apply_change,
@@ -120,10 +125,11 @@ class RaftCore:
         self.id = node_id
         self.cfg = config
         self.log = log
+        self.view = LogView(log)  # the log as of this step: the store plus pending changes
         self.rng = rng
         self.term = hard_state.term
         self.vote = hard_state.vote
-        self.configs = self._valid_configs(hard_state.configs, initial_membership)
+        self.configs = ConfigHistory.recover(hard_state.configs, log, initial_membership)
         self.role = Role.FOLLOWER
         self.leader: NodeId | None = None
         start = log.start.prev.index
@@ -140,26 +146,14 @@ class RaftCore:
         self._expected_last = log.last_index
         self._begin()
 
-    def _valid_configs(
-        self, configs: Sequence[ConfigEntry], initial: Membership
-    ) -> list[ConfigEntry]:
-        """Configs from the hard state, minus any whose entry the log lost in a crash."""
-        start, last = self.log.start.prev.index, self.log.last_index
-        kept = [
-            c
-            for c in configs
-            if c.index <= start or (c.index <= last and self.log.term_at(c.index) == c.term)
-        ]
-        return kept or [ConfigEntry(0, 0, initial)]
-
     # --- reading state ----------------------------------------------------------------------------
 
     @property
     def membership(self) -> Membership:
-        return self.configs[-1].membership
+        return self.configs.latest.membership
 
     def hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, tuple(self.configs))
+        return HardState(self.term, self.vote, self.configs.as_tuple())
 
     def status(self) -> CoreStatus:
         peers = {}
@@ -175,9 +169,9 @@ class RaftCore:
             leader=self.leader,
             vote=self.vote,
             commit_index=self.commit_index,
-            last_index=self._last_index(),
+            last_index=self.view.last_index(),
             durable_index=self.durable_index,
-            first_index=self._start().prev.index + 1,
+            first_index=self.view.start().prev.index + 1,
             membership=self.membership,
             peers=peers,
             transfer_target=transfer,
@@ -192,26 +186,21 @@ class RaftCore:
             f"{self._expected_last}: the caller did not perform the last Persist"
         )
         self._begin()
-        kind = type(event)
-        if kind is Tick:
-            self._tick()
-        elif kind is Propose:
-            assert isinstance(event, Propose)
-            self._propose(event.payloads)
-        elif kind is Persisted:
-            assert isinstance(event, Persisted)
-            self._persisted(event.through)
-        elif kind is PeerDisconnected:
-            assert isinstance(event, PeerDisconnected)
-            self._peer_disconnected(event.peer)
-        elif kind is TransferLeadership:
-            assert isinstance(event, TransferLeadership)
-            self._transfer(event.target)
-        elif kind is ChangeMembership:
-            assert isinstance(event, ChangeMembership)
-            self._change_membership(event.kind, event.node)
-        else:
-            self._receive(event)  # type: ignore[arg-type]
+        match event:  # the most frequent first: each case that fails costs an isinstance
+            case Persisted():
+                self._persisted(event.through)
+            case Propose():
+                self._propose(event.payloads)
+            case Tick():
+                self._tick()
+            case PeerDisconnected():
+                self._peer_disconnected(event.peer)
+            case TransferLeadership():
+                self._transfer(event.target)
+            case ChangeMembership():
+                self._change_membership(event.kind, event.node)
+            case _:
+                self._receive(event)
         return self._finish()
 
     def _begin(self) -> None:
@@ -219,33 +208,28 @@ class RaftCore:
         self._send_after: list[Envelope] = []
         self._sync_through = 0
         self._hs_dirty = False
-        self._pending_reset: LogStart | None = None
-        self._pending_truncate: int | None = None
-        self._pending_append: EntryBatch | None = None
+        self.view.clear()
         self._commit_before = self.commit_index
         self._role_before = (self.role, self.term, self.leader)
         self._result: Result | None = None
         self._notices: list[str] = []
 
     def _finish(self) -> Effects:
+        view = self.view
+        reset, truncate, append = view.pending_reset, view.pending_truncate, view.pending_append
         persist = None
-        if (
-            self._hs_dirty
-            or self._pending_reset is not None
-            or self._pending_truncate is not None
-            or self._pending_append is not None
-        ):
+        if self._hs_dirty or reset is not None or truncate is not None or append is not None:
             persist = Persist(
                 hard_state=self.hard_state() if self._hs_dirty else None,
-                reset=self._pending_reset,
-                truncate_after=self._pending_truncate,
-                append=self._pending_append,
+                reset=reset,
+                truncate_after=truncate,
+                append=append,
             )
         role = None
         if (self.role, self.term, self.leader) != self._role_before:
             role = RoleState(self.role, self.term, self.leader)
         commit = self.commit_index if self.commit_index != self._commit_before else None
-        self._expected_last = self._last_index()
+        self._expected_last = view.last_index()
         if not (persist or self._send_now or self._send_after or role or commit or self._result):
             return NO_EFFECTS
         return Effects(
@@ -268,107 +252,41 @@ class RaftCore:
         self._send_after.append(Envelope(to, message))
         self._sync_through = max(self._sync_through, sync_through)
 
-    # --- the log as of this step: the store plus this step's pending changes -----------------
-
-    def _start(self) -> LogStart:
-        return self._pending_reset or self.log.start
-
-    def _last_index(self) -> int:
-        if self._pending_append is not None:
-            return self._pending_append.last_index
-        if self._pending_truncate is not None:
-            return self._pending_truncate
-        if self._pending_reset is not None:
-            return self._pending_reset.prev.index
-        return self.log.last_index
-
-    def _term_at(self, index: int) -> int:
-        pending = self._pending_append
-        if pending is not None and index >= pending.first_index:
-            return pending.term_at(index)
-        if self._pending_reset is not None:
-            assert index == self._pending_reset.prev.index, index
-            return self._pending_reset.prev.term
-        if self._pending_truncate is not None:
-            assert index <= self._pending_truncate, (index, self._pending_truncate)
-        return self.log.term_at(index)
-
-    def _last_id(self) -> EntryId:
-        last = self._last_index()
-        return EntryId(last, self._term_at(last))
-
-    def _read(self, lo: int, hi: int) -> EntryBatch:
-        hi = min(hi, lo + self.cfg.append_batch_entries_max - 1)
-        pending = self._pending_append
-        if pending is not None and lo >= pending.first_index:
-            return pending.slice(lo, hi)
-        stored_hi = min(hi, self.log.last_index if pending is None else pending.first_index - 1)
-        return self.log.read(lo, stored_hi, self.cfg.append_batch_bytes_max)
+    # --- changing the log: the step's view, the durable index and the configurations -----------
 
     def _append(self, batch: EntryBatch) -> None:
-        assert batch.first_index == self._last_index() + 1, (batch.first_index, self._last_index())
-        if self._pending_append is None:
-            self._pending_append = batch
-        else:
-            p = self._pending_append
-            self._pending_append = EntryBatch(
-                p.first_index,
-                [*p.terms, *batch.terms],
-                [*p.kinds, *batch.kinds],
-                [*p.payloads, *batch.payloads],
-            )
+        self.view.append(batch)
         if EntryKind.CONFIG in batch.kinds:
             for offset, kind in enumerate(batch.kinds):
                 if kind == EntryKind.CONFIG:
                     membership = Membership.decode(batch.payloads[offset])
                     index = batch.first_index + offset
-                    self._set_configs(
-                        [*self.configs, ConfigEntry(index, batch.terms[offset], membership)]
-                    )
+                    self.configs.add(ConfigEntry(index, batch.terms[offset], membership))
+                    self._configs_changed()
 
     def _truncate_after(self, index: int) -> None:
         assert index >= self.commit_index, f"{self.id}: truncating committed entries after {index}"
-        assert self._pending_append is None and self._pending_reset is None
-        self._pending_truncate = index
+        self.view.truncate_after(index)
         self.durable_index = min(self.durable_index, index)
-        if self.configs[-1].index > index:
-            self._set_configs([c for c in self.configs if c.index <= index])
+        if self.configs.truncate_after(index):
+            self._configs_changed()
 
     def _reset(self, start: LogStart, config: ConfigEntry) -> None:
-        assert self._pending_append is None and self._pending_truncate is None
-        self._pending_reset = start
+        self.view.reset(start)
         self.durable_index = start.prev.index
-        self._set_configs([config])
+        self.configs.reset(config)
+        self._configs_changed()
 
-    def _set_configs(self, configs: list[ConfigEntry]) -> None:
-        assert configs, "a node always has a configuration"
-        self.configs = configs
+    def _configs_changed(self) -> None:
         self.removed_at = 0  # our own log now says whether we are a voter
         self._hs_dirty = True
         if self.lead is not None:
             self._sync_progress_with_membership()
 
-    def _first_index_of_term(self, term: int, hi: int) -> int:
-        """First index in (log start, hi] whose term is `term` (terms never decrease)."""
-        lo = self._start().prev.index + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._term_at(mid) < term:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def _last_index_with_term_at_most(self, term: int, hi: int) -> int:
-        """Largest index in [log start, hi] whose term is <= term (binary search)."""
-        lo = self._start().prev.index
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._term_at(mid) <= term:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+    def _collapse_configs(self) -> None:
+        """Forget configurations older than the one in effect at the log start: nobody can ask
+        for them (InstallLogStart sends the one at the start)."""
+        self.configs.collapse(min(self.commit_index, self.view.start().prev.index))
 
     # --- roles ----------------------------------------------------------------------------------
 
@@ -417,9 +335,9 @@ class RaftCore:
         voters = self.membership.voters
         if self.id in voters:
             return voters
-        newest = self.configs[-1]
-        if newest.index > self.commit_index and len(self.configs) > 1:
-            before = self.configs[-2].membership.voters
+        previous = self.configs.previous
+        if self.configs.latest.index > self.commit_index and previous is not None:
+            before = previous.membership.voters
             if self.id in before:
                 return before
         return None
@@ -453,7 +371,7 @@ class RaftCore:
         if voters == {self.id}:
             self._election_won(pre_vote)
             return
-        last = self._last_id()
+        last = self.view.last_id()
         for voter in sorted(voters - {self.id}):
             self._send(voter, RequestVote(term, self.id, last, pre_vote, transfer))
 
@@ -469,8 +387,8 @@ class RaftCore:
         self.leader = self.id
         self.votes = {}
         self._reset_timers()
-        last = self._last_index()
-        self.lead = LeaderState(progress={}, pending_config_index=self.configs[-1].index)
+        last = self.view.last_index()
+        self.lead = LeaderState(progress={}, pending_config_index=self.configs.latest.index)
         self._sync_progress_with_membership()
         self._append(EntryBatch(last + 1, [self.term], [EntryKind.NOOP.value], [b""]))
         self._broadcast_append()
@@ -485,7 +403,7 @@ class RaftCore:
         for peer in sorted(members):
             if peer not in lead.progress:
                 lead.progress[peer] = Progress(
-                    match=0, next=self._last_index() + 1, inflight_max=self.cfg.inflight_max
+                    match=0, next=self.view.last_index() + 1, inflight_max=self.cfg.inflight_max
                 )
         if lead.transfer_target is not None and lead.transfer_target not in members:
             lead.stop_transfer()
@@ -510,7 +428,7 @@ class RaftCore:
         still heard the leader may have lost it since (a dead leader's connections drop at
         slightly different moments on each follower). A pre-vote changes no state, so asking
         again is free of risk."""
-        last = self._last_id()
+        last = self.view.last_id()
         for voter in sorted(self.membership.voters - {self.id}):
             if not self.votes.get(voter, False):
                 self.votes.pop(voter, None)
@@ -573,9 +491,9 @@ class RaftCore:
 
     def _persisted(self, through: EntryId) -> None:
         index = through.index
-        if index <= self.durable_index or index > self._last_index():
+        if index <= self.durable_index or index > self.view.last_index():
             return
-        if index < self._start().prev.index or self._term_at(index) != through.term:
+        if index < self.view.start().prev.index or self.view.term_at(index) != through.term:
             return  # stale: that entry was truncated since the flush began
         self.durable_index = index
         if self.role is Role.LEADER:
@@ -599,7 +517,7 @@ class RaftCore:
         ):
             self._result = Refused(Refusal.BUSY, self.id)
             return
-        batch = data_batch(self._last_index() + 1, self.term, payloads)
+        batch = data_batch(self.view.last_index() + 1, self.term, payloads)
         self._append(batch)
         lead.add_uncommitted(batch.last_index, nbytes)
         self._result = Proposed(batch.first_index, batch.last_index, self.term)
@@ -623,7 +541,7 @@ class RaftCore:
         lead = self.lead
         assert lead is not None
         lead.start_transfer(target)
-        if lead.progress[target].match == self._last_index():
+        if lead.progress[target].match == self.view.last_index():
             self._send(target, TimeoutNow(self.term, self.id))
         else:
             self._send_append(target)
@@ -640,8 +558,8 @@ class RaftCore:
             self._result = Refused(Refusal.TRANSFERRING, lead.transfer_target)
             return
         membership = apply_change(self.membership, kind, node)
-        if isinstance(membership, str):
-            self._result = Refused(Refusal.BAD_REQUEST, self.id, membership)
+        if isinstance(membership, ChangeRefused):
+            self._result = Refused(Refusal.BAD_REQUEST, self.id, str(membership))
             return
         if kind is ChangeKind.ADD_VOTER:
             lead.auto_promote.add(node)
@@ -650,7 +568,7 @@ class RaftCore:
     def _append_config(self, membership: Membership) -> None:
         lead = self.lead
         assert lead is not None
-        index = self._last_index() + 1
+        index = self.view.last_index() + 1
         self._append(
             EntryBatch(index, [self.term], [EntryKind.CONFIG.value], [membership.encode()])
         )
@@ -668,7 +586,9 @@ class RaftCore:
                 lead.auto_promote.discard(node)
             elif lead.progress[node].match >= self.commit_index:
                 lead.auto_promote.discard(node)
-                self._append_config(apply_change(self.membership, ChangeKind.PROMOTE, node))  # type: ignore[arg-type]
+                promoted = apply_change(self.membership, ChangeKind.PROMOTE, node)
+                assert isinstance(promoted, Membership), promoted  # it is a learner
+                self._append_config(promoted)
                 self._result = None  # nobody asked for this one
                 return
 
@@ -720,8 +640,25 @@ class RaftCore:
         elif m.term < self.term:
             self._receive_stale(m)
             return
-        handler = self._HANDLERS[type(m)]
-        handler(self, m)
+        match m:  # replication, heartbeats, elections, then the rare ones
+            case AppendEntries():
+                self._on_append_entries(m)
+            case AppendEntriesReply():
+                self._on_append_reply(m)
+            case Heartbeat():
+                self._on_heartbeat(m)
+            case HeartbeatReply():
+                self._on_heartbeat_reply(m)
+            case RequestVote():
+                self._on_request_vote(m)
+            case RequestVoteReply():
+                self._on_vote_reply(m)
+            case InstallLogStart():
+                self._on_install_log_start(m)
+            case TimeoutNow():
+                self._on_timeout_now(m)
+            case _:
+                assert_never(m)
 
     def _receive_stale(self, m: Message) -> None:
         """A message from an older term. A leader that was deposed while cut off learns our
@@ -735,25 +672,19 @@ class RaftCore:
 
     def _removal_of(self, node: NodeId, last: EntryId) -> ConfigEntry | None:
         """Our newest configuration if it is committed, leaves `node` out, and `node`'s log
-        (ending at `last`) does not hold the entry that carries it; else None.
+        (ending at `last`) does not hold the entry that carries it; else None
+        (`ConfigHistory.removal_of` says when a log cannot hold it).
 
         A voter removed while it was down never learns of its removal from its own log, and
         without this would campaign for good with pre-votes nobody grants. Such a node is no
         voter in any configuration that can still win an election: a leader that added it back
         would have replicated that entry to it first (a learner catches up before it is
-        promoted), and committed entries are never cut. A log lacks the entry when it ends
-        before its index, or ends in an older term than the entry's: terms never fall along a
-        log, so its entry at that index is another one. This also covers a node whose log runs
+        promoted), and committed entries are never cut. This also covers a node whose log runs
         past the index with entries of an older leader that never committed. A log that ends
         at or past the index in the entry's term or later may hold it, and the node may have
         been added back while we lagged behind; it gets an ordinary answer, since refusing it
         could leave a group that needs our vote without a leader."""
-        newest = self.configs[-1]
-        committed = 0 < newest.index <= self.commit_index
-        if not committed or node in newest.membership.members:
-            return None
-        lacks_it = last.index < newest.index or last.term < newest.term
-        return newest if lacks_it else None
+        return self.configs.removal_of(node, last, self.commit_index)
 
     def _on_removed(self, m: RequestVoteReply) -> None:
         """A voter says its configuration committed at m.removed_at (by an entry of
@@ -762,9 +693,12 @@ class RaftCore:
         back. Newer by term first: a configuration of ours past that index but of an older term
         came from a leader that never committed it (committed entries are in every later
         leader's log, and terms never fall along a log)."""
-        newest = self.configs[-1]
-        told = (m.removed_term, m.removed_at)
-        if self.removed_at or self.role is Role.LEADER or told <= (newest.term, newest.index):
+        told = EntryId(m.removed_at, m.removed_term)
+        if (
+            self.removed_at
+            or self.role is Role.LEADER
+            or not self.configs.is_newer_than_latest(told)
+        ):
             return
         self.removed_at = m.removed_at
         self._become_follower(self.term, None)
@@ -774,7 +708,7 @@ class RaftCore:
         )
 
     def _log_up_to_date(self, last: EntryId) -> bool:
-        mine = self._last_id()
+        mine = self.view.last_id()
         return (last.term, last.index) >= (mine.term, mine.index)
 
     def _on_request_vote(self, m: RequestVote) -> None:
@@ -836,15 +770,15 @@ class RaftCore:
         if prev.index < self.commit_index:
             # Entries through our commit index match the leader's log: skip them.
             batch = batch.slice(self.commit_index + 1, batch.last_index)
-            prev = EntryId(self.commit_index, self._term_at(self.commit_index))
-        last = self._last_index()
+            prev = EntryId(self.commit_index, self.view.term_at(self.commit_index))
+        last = self.view.last_index()
         if prev.index > last:
             hint = EntryId(last + 1, 0)
             self._send(m.leader, AppendEntriesReply(self.term, self.id, False, 0, prev.index, hint))
             return
-        prev_term = self._term_at(prev.index)
+        prev_term = self.view.term_at(prev.index)
         if prev_term != prev.term:
-            hint = EntryId(self._first_index_of_term(prev_term, prev.index), prev_term)
+            hint = EntryId(self.view.first_index_of_term(prev_term, prev.index), prev_term)
             self._send(m.leader, AppendEntriesReply(self.term, self.id, False, 0, prev.index, hint))
             return
         if len(batch):
@@ -858,17 +792,17 @@ class RaftCore:
 
     def _merge(self, batch: EntryBatch) -> None:
         """Append what is new in `batch`, first cutting our suffix where it conflicts."""
-        overlap_end = min(self._last_index(), batch.last_index)
+        overlap_end = min(self.view.last_index(), batch.last_index)
         if overlap_end < batch.first_index:
             self._append(batch)
             return
-        if self._term_at(overlap_end) == batch.term_at(overlap_end):
+        if self.view.term_at(overlap_end) == batch.term_at(overlap_end):
             first_new = overlap_end + 1  # log matching: everything before matches too
         else:
             lo, hi = batch.first_index, overlap_end  # the first mismatch lies in [lo, hi]
             while lo < hi:
                 mid = (lo + hi) // 2
-                if self._term_at(mid) == batch.term_at(mid):
+                if self.view.term_at(mid) == batch.term_at(mid):
                     lo = mid + 1
                 else:
                     hi = mid
@@ -879,31 +813,20 @@ class RaftCore:
 
     def _advance_follower_commit(self, commit: int) -> None:
         if commit > self.commit_index:
-            self.commit_index = min(commit, self._last_index())
+            self.commit_index = min(commit, self.view.last_index())
             self._collapse_configs()
-
-    def _collapse_configs(self) -> None:
-        """Forget configurations older than the one in effect at the log start: nobody can ask
-        for them (InstallLogStart sends the one at the start)."""
-        horizon = min(self.commit_index, self._start().prev.index)
-        keep = 0
-        for i, config in enumerate(self.configs):
-            if config.index <= horizon:
-                keep = i
-        if keep:
-            self.configs = self.configs[keep:]
 
     def _on_heartbeat(self, m: Heartbeat) -> None:
         self._heard_from_leader(m.leader)
         self._advance_follower_commit(m.commit)
-        self._send(m.leader, HeartbeatReply(self.term, self.id, self._last_index()))
+        self._send(m.leader, HeartbeatReply(self.term, self.id, self.view.last_index()))
 
     def _on_install_log_start(self, m: InstallLogStart) -> None:
         self._heard_from_leader(m.leader)
         prev = m.start.prev
         if prev.index <= self.commit_index:
             match = self.commit_index  # we already hold everything before the leader's start
-        elif prev.index <= self._last_index() and self._term_at(prev.index) == prev.term:
+        elif prev.index <= self.view.last_index() and self.view.term_at(prev.index) == prev.term:
             match = prev.index
         else:
             self._reset(m.start, m.config)
@@ -934,11 +857,11 @@ class RaftCore:
         lead = self.lead
         assert lead is not None
         pr = lead.progress[peer]
-        start = self._start()
-        last = self._last_index()
+        start = self.view.start()
+        last = self.view.last_index()
         while pr.can_send():
             if pr.next - 1 < start.prev.index:
-                config = self._config_at(start.prev.index)
+                config = self.configs.at(start.prev.index)
                 message = InstallLogStart(self.term, self.id, start, self.commit_index, config)
                 self._send(peer, message)
                 pr.become_reset()
@@ -946,19 +869,20 @@ class RaftCore:
             if pr.state is ProgressState.REPLICATE and pr.next > last and not probe_gap:
                 return
             prev_index = pr.next - 1
-            prev = EntryId(prev_index, self._term_at(prev_index))
-            batch = self._read(pr.next, last) if pr.next <= last else empty_batch(pr.next)
+            prev = EntryId(prev_index, self.view.term_at(prev_index))
+            if pr.next <= last:
+                batch = self.view.read(
+                    pr.next,
+                    last,
+                    entries_max=self.cfg.append_batch_entries_max,
+                    bytes_max=self.cfg.append_batch_bytes_max,
+                )
+            else:
+                batch = empty_batch(pr.next)
             self._send(peer, AppendEntries(self.term, self.id, prev, batch, self.commit_index))
             pr.sent(batch.last_index)
             if not len(batch):
                 return
-
-    def _config_at(self, index: int) -> ConfigEntry:
-        """The configuration in effect at `index` (configs are kept from the log start on)."""
-        for config in reversed(self.configs):
-            if config.index <= index:
-                return config
-        return self.configs[0]
 
     def _on_append_reply(self, m: AppendEntriesReply) -> None:
         lead = self.lead
@@ -976,7 +900,7 @@ class RaftCore:
                 self._maybe_commit()
             if self.lead is None:
                 return  # the commit removed us from the configuration
-            if lead.transfer_target == m.follower and pr.match == self._last_index():
+            if lead.transfer_target == m.follower and pr.match == self.view.last_index():
                 self._send(m.follower, TimeoutNow(self.term, self.id))
             self._send_append(m.follower)
             return
@@ -1013,9 +937,9 @@ class RaftCore:
             return m.reject_index
         if hint.term == 0:
             return hint.index  # the follower's log ends before our probe
-        upto = min(m.reject_index, self._last_index())
-        at_most = self._last_index_with_term_at_most(hint.term, upto)
-        if at_most > self._start().prev.index and self._term_at(at_most) == hint.term:
+        upto = min(m.reject_index, self.view.last_index())
+        at_most = self.view.last_index_with_term_at_most(hint.term, upto)
+        if at_most > self.view.start().prev.index and self.view.term_at(at_most) == hint.term:
             return at_most + 1  # we hold that term too: resume after our last entry of it
         return hint.index
 
@@ -1031,19 +955,19 @@ class RaftCore:
         if m.log_end < pr.match:
             self._follower_lost_entries(m.follower, pr, m.log_end)
             pr.become_probe()
-        if pr.match < self._last_index() or pr.state is ProgressState.RESET:
+        if pr.match < self.view.last_index() or pr.state is ProgressState.RESET:
             self._send_append(m.follower, probe_gap=True)
 
     def _can_commit(self, index: int) -> bool:
         """Section 5.4.2: only an entry of the leader's own term is committed by counting
         replicas; earlier entries commit with it."""
-        return self._term_at(index) == self.term
+        return self.view.term_at(index) == self.term
 
     def _maybe_commit(self) -> None:
         lead = self.lead
         assert lead is not None
         membership = self.membership
-        own = min(self.durable_index, self._last_index())
+        own = min(self.durable_index, self.view.last_index())
         matches = [own if v == self.id else lead.progress[v].match for v in membership.voters]
         index = majority_index(matches, membership.quorum)
         if index <= self.commit_index or not self._can_commit(index):
@@ -1051,7 +975,7 @@ class RaftCore:
         self.commit_index = index
         self._collapse_configs()
         lead.committed_through(index)
-        if self.id not in membership.voters and self.configs[-1].index <= index:
+        if self.id not in membership.voters and self.configs.latest.index <= index:
             self._hand_over_after_removal()
 
     def _hand_over_after_removal(self) -> None:
@@ -1061,17 +985,6 @@ class RaftCore:
         assert lead is not None
         voters = sorted(self.membership.voters)
         best = max(voters, key=lambda v: (lead.progress[v].match, v)) if voters else None
-        if best is not None and lead.progress[best].match == self._last_index():
+        if best is not None and lead.progress[best].match == self.view.last_index():
             self._send(best, TimeoutNow(self.term, self.id))
         self._become_follower(self.term, None)
-
-    _HANDLERS: dict[type, Callable[[RaftCore, Any], None]] = {
-        RequestVote: _on_request_vote,
-        RequestVoteReply: _on_vote_reply,
-        AppendEntries: _on_append_entries,
-        AppendEntriesReply: _on_append_reply,
-        Heartbeat: _on_heartbeat,
-        HeartbeatReply: _on_heartbeat_reply,
-        InstallLogStart: _on_install_log_start,
-        TimeoutNow: _on_timeout_now,
-    }

@@ -1,10 +1,11 @@
-"""Membership: who votes, who only learns, and the history of configuration entries.
+"""Membership: who votes, who only learns, how it changes, and the entry that carries it.
 
 Changes go one server at a time (Raft dissertation, section 4.1): a configuration takes
 effect on a server as soon as its entry is in that server's log, committed or not, and a
 leader starts no new change until the previous one commits. A new server joins as a learner
 (it receives entries but does not vote) and is promoted once it has caught up, so it never
-slows commits while it copies the log.
+slows commits while it copies the log. The configurations a node holds over time are kept
+by `config_history.py`.
 """
 
 from __future__ import annotations
@@ -63,21 +64,41 @@ class ChangeKind(enum.Enum):
     REMOVE = "remove"
 
 
-def apply_change(current: Membership, kind: ChangeKind, node: NodeId) -> Membership | str:
-    """The next membership, or the reason the change is refused."""
+class ChangeRefusal(enum.Enum):
+    """Why a membership change cannot apply to the current membership."""
+
+    ALREADY_MEMBER = "is already a member"  # ADD_VOTER, ADD_LEARNER
+    NOT_LEARNER = "is not a learner"  # PROMOTE
+    NOT_MEMBER = "is not a member"  # REMOVE
+    ONLY_VOTER = "is the only voter"  # REMOVE: a group without voters could never elect
+
+
+@attrs.frozen
+class ChangeRefused:
+    """`apply_change` refused: `str()` is the sentence a client gets, e.g. "n3 is not a member"."""
+
+    reason: ChangeRefusal
+    node: NodeId
+
+    def __str__(self) -> str:
+        return f"{self.node} {self.reason.value}"
+
+
+def apply_change(current: Membership, kind: ChangeKind, node: NodeId) -> Membership | ChangeRefused:
+    """The next membership, or why the change is refused."""
     if kind in (ChangeKind.ADD_VOTER, ChangeKind.ADD_LEARNER):
         if node in current.members:
-            return f"{node} is already a member"
+            return ChangeRefused(ChangeRefusal.ALREADY_MEMBER, node)
         return Membership(current.voters, current.learners | {node})
     if kind is ChangeKind.PROMOTE:
         if node not in current.learners:
-            return f"{node} is not a learner"
+            return ChangeRefused(ChangeRefusal.NOT_LEARNER, node)
         return Membership(current.voters | {node}, current.learners - {node})
     assert kind is ChangeKind.REMOVE
     if node not in current.members:
-        return f"{node} is not a member"
+        return ChangeRefused(ChangeRefusal.NOT_MEMBER, node)
     if current.voters == {node}:
-        return f"{node} is the only voter"
+        return ChangeRefused(ChangeRefusal.ONLY_VOTER, node)
     return Membership(current.voters - {node}, current.learners - {node})
 
 

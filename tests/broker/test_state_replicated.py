@@ -128,3 +128,36 @@ async def test_a_replica_without_its_derived_files_rebuilds_the_same_bytes(
         kept = derived_files(tmp_path / leader)
         assert states(group)[victim].metadata.topics["T"].write_queues == 2
     assert rebuilt == kept and len(rebuilt) >= 3
+
+
+async def test_a_restart_from_its_checkpoint_indexes_again_what_the_torn_file_held(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The IndexStore drops the file being written at the checkpoint (it may be torn); the
+    restart indexes the log again from that file's start, so nothing indexed is lost."""
+
+    def factory(n: str, store: LogStore) -> BrokerState:
+        return BrokerState(tmp_path / n, store, GEOMETRY)
+
+    async with memory_group(tmp_path, factory=factory) as group:
+        await group.append([encode_meta(Metadata.topic_op(TopicConfig("T", 2, 2)))])
+        for n in range(20):
+            await send(group, n % 2, n)
+        await wait_applied(group)
+        leader = await group.wait_for_leader()
+        victim = next(n for n in group.nodes if n != leader)
+        state = states(group)[victim]
+        state.write_checkpoint(state.checkpoint_marks())
+        for n in range(20, 30):
+            await send(group, n % 2, n)
+        await wait_applied(group)
+        group.kill(victim)
+        await group.wait_stopped(victim)
+        await group.start(victim)
+        await send(group, 0, 30)
+        await wait_applied(group)
+        for s in states(group).values():
+            s.flush()
+        assert states(group)[victim].index.query("T", "k3", 10) != []
+        restarted, kept = derived_files(tmp_path / victim), derived_files(tmp_path / leader)
+    assert restarted == kept

@@ -209,37 +209,69 @@ def push_consume(args: argparse.Namespace, orderly: bool) -> tuple[dict[str, Any
         return {"received": list(inbox.received), "complete": complete}, consumer
 
 
-def pull_consumer_class() -> Any:
-    from rocketmq.client import PullConsumer
-
-    class BrokerAwarePullConsumer(PullConsumer):  # type: ignore[misc]
-        """The binding's PullConsumer keeps its next offsets by "topic@queueId", so queue 0 of
-        broker-a and queue 0 of broker-b share one offset: with two broker groups it skips and
-        re-reads messages. The same consumer with the broker's name in the key."""
-
-        offset_table: dict[str, int] = {}  # per class, as the binding has it
-
-        def _get_mq_key(self, mq: Any) -> str:
-            return f"{text(mq.topic)}@{text(mq.brokerName)}@{mq.queueId}"
-
-    return BrokerAwarePullConsumer
-
-
 def pull(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    """The binding's own PullConsumer.pull keeps offsets by topic@queueId, without the broker
+    name, so with two broker groups one group's offsets overwrite the other's (rocketmq 0.4.4,
+    client.py _get_mq_key) and a whole group's messages are skipped. This loop calls the
+    library's Pull itself and keeps offsets by (broker, queue)."""
+    import ctypes
+
+    from rocketmq.client import (
+        POINTER,
+        PullConsumer,
+        RecvMessage,
+        _CMessageQueue,
+        _CPullStatus,
+        _to_bytes,
+        c_int,
+        dll,
+        ffi_check,
+    )
+
     inbox = Inbox(args)
-    consumer = pull_consumer_class()(args.group)
+    consumer = PullConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
     consumer.start()
     deadline = time.monotonic() + args.timeout
-    errors = []
+    errors: list[str] = []
+    offsets: dict[tuple[bytes, int], int] = {}
     while not inbox.done() and time.monotonic() < deadline:
         got = 0
+        queues = POINTER(_CMessageQueue)()
+        count = c_int()
         try:
-            for msg in consumer.pull(args.topic, args.expression):  # every queue, to its end
-                inbox.add(describe(msg))
-                got += 1
+            ffi_check(
+                dll.FetchSubscriptionMessageQueues(
+                    consumer._handle,
+                    _to_bytes(args.topic),
+                    ctypes.pointer(queues),
+                    ctypes.pointer(count),
+                )
+            )
         except Exception as err:
             errors.append(repr(err))
+            time.sleep(POLL_S)
+            continue
+        for i in range(count.value):
+            mq = queues[i]
+            key = (bytes(mq.brokerName), int(mq.queueId))
+            while True:
+                offset = offsets.get(key, 0)
+                result = dll.Pull(
+                    consumer._handle, ctypes.pointer(mq), _to_bytes(args.expression),
+                    ctypes.c_longlong(offset), 32,
+                )  # fmt: skip
+                status = result.pullStatus
+                if status != _CPullStatus.BROKER_TIMEOUT:
+                    offsets[key] = int(result.nextBeginOffset)
+                if status == _CPullStatus.FOUND:
+                    for k in range(int(result.size)):
+                        inbox.add(describe(RecvMessage(result.msgFoundList[k])))
+                        got += 1
+                dll.ReleasePullResult(result)
+                if status not in (_CPullStatus.FOUND, _CPullStatus.NO_MATCHED_MSG):
+                    break
+        dll.ReleaseSubscriptionMessageQueue(queues)
         if not got:
             time.sleep(POLL_S)  # nothing new (or no queues yet): pause rather than spin
     return {"received": inbox.received, "complete": inbox.done(), "errors": errors[-20:]}, consumer

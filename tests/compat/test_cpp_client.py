@@ -30,8 +30,6 @@ CONSUME_TIMEOUT_S = "90"  # a consumer's give-up time: start, rebalance (10 s), 
 FAILOVER_SEND_S = 12.0  # how long the producer sends through the failover
 FAILOVER_CONSUME_S = "120"  # the C++ client follows a new master only at its 30 s route tick
 NEW_MASTER_S = 10.0  # the name server shows broker-a's new master within this
-SEND_TIMEOUT_S = 3.0  # the C++ producer's default: a send caught on the dead master's
-# connection waits this long before its retry goes elsewhere
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +64,9 @@ def seq_of(message: dict[str, Any]) -> int:
 
 def bodies(messages: list[dict[str, Any]]) -> set[str]:
     return {m["body"] for m in messages}
+
+
+CPP_SEND_TIMEOUT_S = 3.0  # the C++ producer's default send timeout
 
 
 def assert_intact(message: dict[str, Any], scenario: str) -> None:
@@ -183,6 +184,8 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
             30,
             what="the producer sending",
         )
+        # a loaded machine may see an election now and then: wait for one named master
+        wait_until(lambda: cluster.leader_name("broker-a") is not None, 10, what="a master")
         old_master = cluster.leader_of("broker-a")
         killed = cluster.leader_name("broker-a")
         assert killed is not None, cluster.masters("broker-a")
@@ -210,6 +213,11 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
     assert len(failed_after) <= len(after) // 10, failed_after[:5]
     assert sends[-1]["ok"], sends[-1]
     gaps = [b["end"] - a["end"] for a, b in itertools.pairwise(acked)]
-    assert max(gaps) < SEND_TIMEOUT_S + 2.0, f"no acknowledged send for {max(gaps):.1f} s"
+    # The C++ client learns routes only every 30 s (protocol notes 9.1): a send it aims at the
+    # dead master's address waits out its 3 s send timeout before it retries broker-b's
+    # queues, and it may pick that address again until the route refreshes. Every other
+    # replica forwards, but a dead address cannot. So the bound is one send timeout plus the
+    # retry, and the rate of failures above.
+    assert max(gaps) < CPP_SEND_TIMEOUT_S + 1.5, f"no acknowledged send for {max(gaps):.1f} s"
     assert got["complete"], "the consumer missed acknowledged messages"
     assert {f"failover-{s['seq']}" for s in acked} <= bodies(got["received"])

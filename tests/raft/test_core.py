@@ -324,7 +324,7 @@ class TestMembership:
         s.crash("n3")
         assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
         s.heartbeats("n0", 3)
-        removal = s.core("n0").configs[-1].index
+        removal = s.core("n0").configs.latest.index
         assert all(s.core(n).commit_index >= removal for n in ("n0", "n1", "n2"))
         s.drop(dst="n3")
         s.restart("n3")
@@ -358,7 +358,7 @@ class TestMembership:
         assert s.core("n1").term == term
         assert s.core("n1").vote != "n3"
         [reply] = [p.message for p in s.pending(src="n1", dst="n3")]
-        removal_term = s.core("n1").configs[-1].term
+        removal_term = s.core("n1").configs.latest.term
         assert reply == RequestVoteReply(term, "n1", False, False, removal, removal_term)
 
     def test_a_voter_removed_while_down_with_a_longer_stale_log_stops_campaigning(self) -> None:
@@ -380,7 +380,7 @@ class TestMembership:
         s.elect("n1")  # n1, n2 and n4: 3 of 5, none holds the 8 entries
         assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
         s.heartbeats("n1", 3)
-        removal = s.core("n1").configs[-1]
+        removal = s.core("n1").configs.latest
         assert all(s.core(n).commit_index >= removal.index for n in ("n1", "n2", "n4"))
         s.restart("n3")
         n3_log = s.node("n3").log
@@ -415,11 +415,11 @@ class TestMembership:
         s.elect("n1")
         assert isinstance(self.change(s, ChangeKind.REMOVE, "n3"), Proposed)
         s.heartbeats("n1", 3)
-        removal = s.core("n1").configs[-1]
+        removal = s.core("n1").configs.latest
         s.restart("n3")
         n3 = s.core("n3")
-        assert n3.configs[-1].index > removal.index  # the stale learner change
-        assert n3.configs[-1].term < removal.term
+        assert n3.configs.latest.index > removal.index  # the stale learner change
+        assert n3.configs.latest.term < removal.term
         s.campaign("n3")
         s.stabilize()
         assert n3.removed_at == removal.index
@@ -443,7 +443,7 @@ class TestMembership:
         campaigning: the voter saying so may not know it was added back."""
         s = self.four_voters()
         n3 = s.core("n3")
-        newest = n3.configs[-1].index
+        newest = n3.configs.latest.index
         s.feed("n3", RequestVoteReply(n3.term, "n1", False, True, removed_at=newest))
         assert n3.removed_at == 0
         s.campaign("n3")
@@ -460,7 +460,8 @@ class TestMembership:
             assert isinstance(self.change(s, change, node), Proposed)
             s.heartbeats("n0", 6, cut_off="n1")
         assert s.core("n3").membership == Membership(frozenset({"n0", "n1", "n3"}))
-        assert s.core("n1").configs[-1].index == removal  # it lags: n3 is out, as far as it knows
+        # it lags: n3 is out, as far as it knows
+        assert s.core("n1").configs.latest.index == removal
         s.crash("n0")
         s.crash("n2")
         s.tick("n1", SCRIPT_CONFIG.election_ticks_max)  # n1 lost its leader too
@@ -487,7 +488,7 @@ class TestMembership:
         s.restart("n0")
         n0 = s.core("n0")
         assert "n0" not in n0.membership.voters
-        assert n0.configs[-1].index > n0.commit_index  # its removal is not committed
+        assert n0.configs.latest.index > n0.commit_index  # its removal is not committed
         terms_before = s.core("n1").term
         for _ in range(SCRIPT_CONFIG.election_ticks_max * 6):
             for node in ("n0", "n1", "n2"):
@@ -497,7 +498,7 @@ class TestMembership:
         leader = leader_of(s)
         assert leader in {"n1", "n2"}  # n0 led only to commit its removal, then handed over
         assert "n0" not in s.core(leader).membership.members
-        assert s.core(leader).commit_index >= s.core(leader).configs[-1].index
+        assert s.core(leader).commit_index >= s.core(leader).configs.latest.index
         assert s.core("n0").role is Role.FOLLOWER and not s.core("n0")._promotable()
 
     def test_restart_recovers_membership_from_hard_state(self) -> None:

@@ -284,3 +284,49 @@ async def test_handler_answers_are_matched_whatever_it_built(
         assert (await conn.request(RemotingCommand.request(12), timeout_s=5)).code == 1
         assert (await conn.request(RemotingCommand.request(10), timeout_s=5)).code == 0
     assert "handling" in caplog.text
+
+
+async def test_requests_read_before_the_peer_closed_are_still_handled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The C++ client sends one-way requests and may close at once: what it sent is handled
+    (a send stored), within CLOSED_REQUESTS_GRACE_S; only the answers are dropped."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    handled: list[int] = []
+
+    async def slow(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        await trio.sleep(1.0)  # a write waiting for its commit
+        handled.append(request.opaque)
+        return request.response()
+
+    server_side = Connection(server_stream, slow, peer="c")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server_side.run)
+        await client_stream.send_all(
+            b"".join(encode(RemotingCommand(10, opaque=i)) for i in range(3))
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        await client_stream.aclose()
+        await server_side.wait_closed()
+    assert sorted(handled) == [0, 1, 2]
+
+
+async def test_a_request_outliving_the_grace_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    forever = trio.Event()
+
+    async def held(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        await forever.wait()
+        return request.response()
+
+    server_side = Connection(server_stream, held, peer="c")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server_side.run)
+        await client_stream.send_all(encode(RemotingCommand(11, opaque=1)))
+        await trio.testing.wait_all_tasks_blocked()
+        closed_at = trio.current_time()
+        await client_stream.aclose()
+        await server_side.wait_closed()
+        assert trio.current_time() - closed_at == pytest.approx(5.0, abs=0.5)

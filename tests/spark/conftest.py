@@ -22,7 +22,7 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The archive's path, in a cache of this run that DLEDGER_AUDIT_CACHE names meanwhile."""
     cache = tmp_path_factory.mktemp("jvm-archive")
     result = subprocess.run(
-        [sys.executable, "-m", "spark.jvm_archive", "--cache", str(cache)],
+        [sys.executable, "-m", "spark.prepare", "--cache", str(cache)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]

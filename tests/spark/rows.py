@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -50,6 +51,7 @@ def healthy_log(
             "h_position": position,
             "kind": 0,
             "body_crc": (crcs or [0x1234] * len(terms))[k],
+            "body_digest": digest_of((crcs or [0x1234] * len(terms))[k]),
             "header_ok": True,
             "body_ok": True,
             "after_magic": formats.END_MAGIC,
@@ -72,6 +74,11 @@ def healthy_log(
         rows.append(row)
         position += size
     return rows
+
+
+def digest_of(body_crc: int) -> bytes:
+    """A stand-in body digest: rows with equal CRCs here have equal bodies."""
+    return hashlib.sha256(b"body %d" % body_crc).digest()
 
 
 def entries_frame(spark: SparkSession, rows: list[dict[str, Any]]) -> DataFrame:

@@ -116,3 +116,50 @@ def entry_crc(body: bytes) -> int:
 
 def remove(path: Path) -> None:
     os.remove(path)
+
+
+def crc32_patch(original: bytes, edited: bytes, at: int) -> bytes:
+    """`edited` with its bytes at..at+4 chosen so that its CRC-32 equals `original`'s (same
+    length). CRC-32 is affine over GF(2) for a fixed length: crc(a ^ b) = crc(a) ^ crc(b) ^
+    crc(zeros), so the 32 patch bits act on the CRC through a 32 x 32 matrix, inverted here
+    by elimination. This is the edit agreement by CRC could not see (issue 34)."""
+    assert len(original) == len(edited) and 0 <= at <= len(edited) - 4
+    n = len(edited)
+    zeros = zlib.crc32(bytes(n))
+    base = edited[:at] + bytes(4) + edited[at + 4 :]
+
+    def bit_effect(bit: int) -> int:
+        patch = (1 << bit).to_bytes(4, "little")
+        return zlib.crc32(bytes(at) + patch + bytes(n - at - 4)) ^ zeros
+
+    basis: dict[int, tuple[int, int]] = {}  # highest bit -> (effect, patch bits giving it)
+    for bit in range(32):
+        effect, bits = bit_effect(bit), 1 << bit
+        while effect:
+            top = effect.bit_length() - 1
+            if top not in basis:
+                basis[top] = (effect, bits)
+                break
+            effect, bits = effect ^ basis[top][0], bits ^ basis[top][1]
+    want, bits = zlib.crc32(original) ^ zlib.crc32(base), 0
+    while want:
+        effect, used = basis[want.bit_length() - 1]
+        want, bits = want ^ effect, bits ^ used
+    forged = base[:at] + bits.to_bytes(4, "little") + base[at + 4 :]
+    assert zlib.crc32(forged) == zlib.crc32(original) and forged != original
+    return forged
+
+
+def forge_body(store_dir: Path, index: int, text: bytes) -> tuple[str, int]:
+    """Rewrite the start of entry `index`'s body with `text` and its last four bytes so that
+    its body CRC is unchanged: the header, both CRCs and the index record still hold. Returns
+    (segment, position)."""
+    _, _, (position, _, _, size) = index_record(store_dir, index)
+    segment, at = segment_of(store_dir, position)
+    with open(segment, "r+b") as f:
+        f.seek(at + ENTRY_HEADER_BYTES)
+        body = f.read(size - ENTRY_HEADER_BYTES)
+        forged = crc32_patch(body, text + body[len(text) :], len(body) - 4)
+        f.seek(at + ENTRY_HEADER_BYTES)
+        f.write(forged)
+    return f"data/{segment.name}", position

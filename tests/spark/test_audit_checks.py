@@ -8,7 +8,13 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark import agreement, checks, formats, job, screen
-from tests.spark.rows import SEGMENT_BYTES, entries_frame, healthy_log, replicas_frame
+from tests.spark.rows import (
+    SEGMENT_BYTES,
+    digest_of,
+    entries_frame,
+    healthy_log,
+    replicas_frame,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -177,7 +183,7 @@ def bucket_bits(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.usefixtures("bucket_bits")
 def test_divergent_committed_entry_names_the_replica(spark: SparkSession) -> None:
     rows = group_rows()
-    row(rows, "n2", 7)["body_crc"] = 0xBAD
+    row(rows, "n2", 7)["body_digest"] = digest_of(0xBAD)  # its stored CRC still agrees
     found = agreement.divergent_entries(entries_frame(spark, rows), replicas_frame(spark, COMMITS))
     assert [(r.replica, r["index"], r.file, r.position, r.detail) for r in found.collect()] == [
         (
@@ -185,8 +191,9 @@ def test_divergent_committed_entry_names_the_replica(spark: SparkSession) -> Non
             7,
             "data/" + formats.file_name(SEGMENT_BYTES),
             row(rows, "n2", 7)["position"],
-            "first divergent committed index: term 2 size 1000 body_crc 0x00000BAD, but n0, n1 "
-            "hold term 2 size 1000 body_crc 0x00001234 (1 divergent indexes, last 7)",
+            "first divergent committed index: term 2 size 1000 body sha256 "
+            f"{digest_of(0xBAD).hex()[:16]}, but n0, n1 hold term 2 size 1000 body sha256 "
+            f"{digest_of(0x1234).hex()[:16]} (1 divergent indexes, last 7)",
         )
     ]
 
@@ -194,7 +201,7 @@ def test_divergent_committed_entry_names_the_replica(spark: SparkSession) -> Non
 @pytest.mark.usefixtures("bucket_bits")
 def test_divergence_past_the_group_commit_is_not_checked(spark: SparkSession) -> None:
     rows = group_rows()
-    row(rows, "n2", 10)["body_crc"] = 0xBAD
+    row(rows, "n2", 10)["body_digest"] = digest_of(0xBAD)
     commits = {("g", "n0"): 9, ("g", "n1"): 9, ("g", "n2"): 9}
     found = agreement.divergent_entries(entries_frame(spark, rows), replicas_frame(spark, commits))
     assert found.collect() == []

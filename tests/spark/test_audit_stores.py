@@ -42,6 +42,12 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     segment, _ = stores.segment_of(n2, position)
     expected["divergent"] = [("divergent_entry", "n2", 30, f"data/{segment.name}", position)]
 
+    # the same edit made invisible to CRC-32: n2's body at 30 rewritten, 4 bytes fixing its CRC
+    stores_ = write_group(root, "forged", N)
+    expected["forged"] = [
+        ("divergent_entry", "n2", 30, *stores.forge_body(stores_["n2"], 30, b"FORGED BY HAND"))
+    ]
+
     # a truncated uncommitted tail: not an error, three notes
     for r in ("n0", "n1"):
         write_replica(root, "tail", r, bodies("tail"), commit_index=50)
@@ -141,9 +147,9 @@ def test_each_fault_is_found_and_named(
         assert sorted(found[group], key=str) == sorted(expected, key=str), group
     assert report["verdict"] == "inconsistent" and report["exit_code"] == 1
     assert report["commit_index"]["lonely"] == N and report["commit_index"]["tail"] == 50
-    assert report["entries_checked"] == 3 * N * 5 - 5 - 2 + 3 * 40  # tail and lonely cut 5, 2
+    assert report["entries_checked"] == 3 * N * 6 - 5 - 2 + 3 * 40  # tail and lonely cut 5, 2
     assert report["history"] == {"file": str(faults["history"]), "acknowledged": 41}
-    assert (out / "report.html").read_text().count("<h2>group ") == 6
+    assert (out / "report.html").read_text().count("<h2>group ") == 7
 
 
 def test_a_clean_two_group_store_passes(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dledger.log import entry
 from spark import crc, formats
+from tests.spark.stores import crc32_patch
 
 
 def run_of(bodies: list[bytes], first_index: int = 1) -> tuple[np.ndarray, ...]:
@@ -120,3 +121,11 @@ def test_random_runs_are_intact_until_one_bit_flips(
     damaged = window.copy()
     damaged[int(flip[0] * end)] ^= 1 << flip[1]
     assert not intact(damaged, *parsed)
+
+
+def test_a_forged_body_keeps_its_crc() -> None:
+    """The test stores' forgery (tests/spark/stores.py) really leaves CRC-32 unchanged."""
+    original = bytes(range(256)) * 3
+    for at in (7, 100, len(original) - 4):
+        forged = crc32_patch(original, b"forged!" + original[7:], at)
+        assert zlib.crc32(forged) == zlib.crc32(original) and forged[:7] == b"forged!"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark import jvm_archive, session
+from spark import jvm_archive, prepare, session
 from tests.spark.stores import write_group
 
 REPO = Path(__file__).parents[2]
@@ -50,7 +50,7 @@ def test_the_driver_maps_an_archive_only_when_there_is_one(
 
 def test_a_bad_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        jvm_archive.main(["--bogus"])
+        prepare.main(["--bogus"])
     assert exit_.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
@@ -58,7 +58,7 @@ def test_a_bad_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
 def test_a_prepared_archive_is_mapped_by_the_audit_s_driver(archive: Path, tmp_path: Path) -> None:
     assert archive.is_file() and archive.stat().st_size > 10 << 20
     again = subprocess.run(
-        [sys.executable, "-m", "spark.jvm_archive", "--cache", str(archive.parent)],
+        [sys.executable, "-m", "spark.prepare", "--cache", str(archive.parent)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert again.returncode == 0 and f"{archive} exists" in again.stdout

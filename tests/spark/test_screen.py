@@ -65,7 +65,15 @@ def test_a_lagging_replica_keeps_chunks_plain_while_a_quorum_holds(tmp_path: Pat
 
 @pytest.mark.parametrize(
     "fault",
-    ["corrupt_body", "record_term", "record_position", "divergent", "uncommitted_tail", "lonely"],
+    [
+        "corrupt_body",
+        "record_term",
+        "record_position",
+        "divergent",
+        "forged",
+        "uncommitted_tail",
+        "lonely",
+    ],
 )
 def test_a_fault_makes_its_chunk_not_plain(tmp_path: Path, fault: str) -> None:
     at = 30
@@ -93,6 +101,8 @@ def test_a_fault_makes_its_chunk_not_plain(tmp_path: Path, fault: str) -> None:
         made = write_group(tmp_path, "g", N)
         if fault == "corrupt_body":
             stores.corrupt_body(made["n1"], at)
+        elif fault == "forged":  # another body with the same CRC-32: only a digest tells
+            stores.forge_body(made["n2"], at, b"FORGED BY HAND")
         else:
             stores.set_record_term(made["n0"], at, 7)
     chunks = plain_chunks(tmp_path, "g")
@@ -124,6 +134,7 @@ def write_fault_groups(root: Path, seeds: range) -> None:
         write_replica(root, "tail", r, bodies("tail"), commit_index=50)
     write_replica(root, "tail", "n2", bodies("tail"), commit_index=50, truncate_after=55)
     stores.corrupt_body(write_group(root, "corrupt", N)["n1"], 20)
+    stores.forge_body(write_group(root, "forged", N)["n2"], 20, b"FORGED BY HAND")
     stores.set_record_term(write_group(root, "index", N)["n0"], 25, 7)
     write_replica(root, "lonely", "n0", bodies("lonely"), commit_index=N)
     for r in ("n1", "n2"):
