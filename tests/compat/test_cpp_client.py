@@ -51,11 +51,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(autouse=True)
 def no_replica_died(cluster: LocalCluster) -> Iterator[None]:
-    """Every process runs before the test (a crash in an earlier test is named here, not
-    mistaken for this test's failure) and after it (a test that kills one restarts it)."""
-    assert cluster.exited() == {}, [cluster.processes[n].log_path for n in cluster.exited()]
+    """A process that exits during a test fails that test with its log's path (a test that
+    kills one restarts it), rather than surfacing later as a client's puzzling error."""
+    before = set(cluster.exited())
     yield
-    assert cluster.exited() == {}, [cluster.processes[n].log_path for n in cluster.exited()]
+    died = set(cluster.exited()) - before
+    assert not died, [str(cluster.processes[n].log_path) for n in sorted(died)]
 
 
 def seq_of(message: dict[str, Any]) -> int:
@@ -160,6 +161,8 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """Last in the module: it kills broker-a's leader (and restarts it at the end)."""
+    down = {n: str(cluster.processes[n].log_path) for n in cluster.exited()}
+    assert not down, f"replicas died before the failover test: {down}"
     ns, topic = cluster.namesrv_addr, "CppFailoverTopic"
     warm = drive(ns, tmp_path, "--topic", topic, "--group", "cpp_fo_pg", "send-sync", "16")
     assert warm["errors"] == []  # the topic exists on both groups before the clients start
