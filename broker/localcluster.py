@@ -220,6 +220,10 @@ class LocalCluster:
                 p.process.wait(max(0.0, deadline - time.monotonic()))
             p.kill()
 
+    def exited(self) -> dict[str, int | None]:
+        """Processes started and no longer running (killed ones too), with their exit codes."""
+        return {n: p.returncode for n, p in self.processes.items() if p.starts and not p.running}
+
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.processes.items() if p.pid is not None}
 
@@ -267,9 +271,8 @@ class LocalCluster:
     def serving_problem(self) -> str | None:
         """Why the cluster is not serving yet, or None: a process exited, a name server does not
         answer GET_BROKER_CLUSTER_INFO, or (with brokers) a group has no master on one."""
-        for name, p in self.processes.items():
-            if p.starts and not p.running:
-                return f"{name} exited with {p.returncode}; see {p.log_path}"
+        for name, code in self.exited().items():
+            return f"{name} exited with {code}; see {self.processes[name].log_path}"
         for ns, info in self.cluster_infos().items():
             if info is None:
                 return f"{ns} does not answer GET_BROKER_CLUSTER_INFO"

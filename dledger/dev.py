@@ -290,24 +290,46 @@ def cluster_table(
 def format_cluster_status(
     status: ClusterStatus, brokers: dict[str, BrokerReplica], pids: dict[str, int]
 ) -> str:
-    """One row per replica (role, Raft term and leader as the broker reports them, '?' where
-    its runtime info lacks them, 'down' when it does not answer; the brokerId the name servers
-    list it under), then one line per group and per name server."""
+    """One row per replica: role, Raft term, leader, commit and applied index as the broker's
+    runtime info reports them ('?' where it lacks a key, 'down' when it does not answer), lag
+    (its group leader's lastIndex minus its own), the brokerId the name servers list it under;
+    then one line per group (its master at the name servers) and per name server."""
     infos = status.cluster_infos
     answering = [info for info in infos.values() if info is not None]
-    head = ("group", "replica", "role", "term", "leader", "ns id", "client", "raft", "pid")
+    head = (
+        *("group", "replica", "role", "term", "leader", "ns id"),
+        *("commit", "applied", "lag", "client", "raft", "pid"),
+    )
+    leader_last: dict[str, int] = {}
+    for name, b in brokers.items():
+        table = status.runtime_infos.get(name) or {}
+        if table.get("raftRole") == "leader" and table.get("lastIndex", "").isdigit():
+            leader_last[b.group] = int(table["lastIndex"])
     rows: list[tuple[str, ...]] = [head]
     for name, b in brokers.items():
         runtime = status.runtime_infos.get(name)
         ids = sorted({i for info in answering if (i := registered_id(info, b)) is not None})
+
+        def cell(key: str, runtime: dict[str, str] | None = runtime) -> str:
+            return "" if runtime is None else runtime.get(key, "?")
+
+        last = cell("lastIndex")
+        lag = (
+            str(leader_last[b.group] - int(last))
+            if last.isdigit() and b.group in leader_last
+            else "?"
+        )
         rows.append(
             (
                 b.group,
                 b.node,
                 "down" if runtime is None else runtime.get("raftRole", "?"),
-                "" if runtime is None else runtime.get("raftTerm", "?"),
-                "" if runtime is None else runtime.get("raftLeader", "?"),
+                cell("raftTerm"),
+                cell("raftLeader"),
                 ",".join(ids) or "-",
+                cell("commitIndex"),
+                cell("appliedIndex"),
+                "" if runtime is None else lag,
                 b.client_addr,
                 str(b.peer_address),
                 str(pids.get(name, "")),

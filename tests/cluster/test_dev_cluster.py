@@ -102,6 +102,39 @@ def test_foreground_shows_the_table_and_stops_everything_on_ctrl_c(tmp_path: Pat
     assert not (data / "dev.json").exists()
 
 
+def test_status_table_shows_indexes_and_lag_when_the_broker_reports_them() -> None:
+    def replica(node: str, port: int) -> BrokerReplica:
+        return BrokerReplica(
+            "broker-a", node, Address("127.0.0.1", port + 100), Address("127.0.0.1", port), Path()
+        )
+
+    brokers = {"broker-a/n0": replica("n0", 10911), "broker-a/n1": replica("n1", 10912)}
+    common = {"raftTerm": "3", "raftLeader": "n1"}
+    status = ClusterStatus(
+        cluster_infos={"namesrv-0": None},
+        runtime_infos={
+            "broker-a/n0": {
+                **common,
+                "raftRole": "follower",
+                "commitIndex": "90",
+                "appliedIndex": "88",
+                "lastIndex": "95",
+            },
+            "broker-a/n1": {
+                **common,
+                "raftRole": "leader",
+                "commitIndex": "99",
+                "appliedIndex": "99",
+                "lastIndex": "100",
+            },
+        },
+    )
+    lines = format_cluster_status(status, brokers, {}).splitlines()
+    assert lines[1].split()[:9] == ["broker-a", "n0", "follower", "3", "n1", "-", "90", "88", "5"]
+    assert lines[2].split()[:9] == ["broker-a", "n1", "leader", "3", "n1", "-", "99", "99", "0"]
+    assert lines[3] == "broker-a: no master"
+
+
 def test_status_table_shows_question_marks_for_what_a_broker_does_not_report() -> None:
     def replica(node: str, port: int) -> BrokerReplica:
         return BrokerReplica(
@@ -121,7 +154,7 @@ def test_status_table_shows_question_marks_for_what_a_broker_does_not_report() -
     )
     lines = format_cluster_status(status, brokers, {"broker-a/n0": 42}).splitlines()
     assert lines[1].split() == [
-        *("broker-a", "n0", "?", "?", "?", "0"),
+        *("broker-a", "n0", "?", "?", "?", "0", "?", "?", "?"),
         *("127.0.0.1:10911", "127.0.0.1:11011", "42"),
     ]
     assert lines[2].split() == ["broker-a", "n1", "down", "-", "127.0.0.1:10912", "127.0.0.1:11012"]

@@ -49,6 +49,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.stop_all()
 
 
+@pytest.fixture(autouse=True)
+def no_replica_died(cluster: LocalCluster) -> Iterator[None]:
+    """A process that exits during a test fails that test with its log's path (a test that
+    kills one restarts it), rather than surfacing later as a client's puzzling error."""
+    before = set(cluster.exited())
+    yield
+    died = set(cluster.exited()) - before
+    assert not died, [str(cluster.processes[n].log_path) for n in sorted(died)]
+
+
 def seq_of(message: dict[str, Any]) -> int:
     return int(message["properties"]["seq"])
 
@@ -139,6 +149,7 @@ def test_a_pull_consumer_reads_every_queue(cluster: LocalCluster, tmp_path: Path
     got = drive(ns, tmp_path, *args, "pull", str(n))
     assert got["complete"], got.get("errors")
     assert bodies(got["received"]) == {f"sync-{i}" for i in range(n)}
+    assert len(got["received"]) == n, "a message pulled twice"
     per_queue: dict[int, list[int]] = defaultdict(list)
     for message in got["received"]:
         assert_intact(message, "sync")
@@ -150,6 +161,8 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """Last in the module: it kills broker-a's leader (and restarts it at the end)."""
+    down = {n: str(cluster.processes[n].log_path) for n in cluster.exited()}
+    assert not down, f"replicas died before the failover test: {down}"
     ns, topic = cluster.namesrv_addr, "CppFailoverTopic"
     warm = drive(ns, tmp_path, "--topic", topic, "--group", "cpp_fo_pg", "send-sync", "16")
     assert warm["errors"] == []  # the topic exists on both groups before the clients start
