@@ -1,0 +1,688 @@
+"""Throughput, latency, pulls and failover of one 3-replica broker group, as RocketMQ clients
+see it, on this machine.
+
+    python -m bench.broker [--quick] [--out bench/results/broker.json]
+
+For each flush policy (ASYNC_FLUSH, SYNC_FLUSH) and each sender count (1, 16, 128): a fresh
+cluster (1 name server, 1 broker group of three `python -m broker` replicas on 127.0.0.1); the
+senders, spread over load-generator processes (1 for one sender, 2 for 16, 4 for 128; each runs
+its senders as trio tasks over a few connections), send 1 KiB bodies with SEND_MESSAGE to the
+leader back to back for a fixed time; acknowledged (SEND_OK) messages/s and send latency
+p50/p99. Then everything sent is pulled back from the leader with PULL_MESSAGE, 32 per pull;
+messages/s. Then failover as a sender sees it: senders sending continuously (one that loses its
+broker asks the name server for the route and otherwise tries the next replica: any replica
+forwards writes to the leader), kill -9 of the leader, time from the kill to the next SEND_OK,
+20 times (5 with --quick), the victim restarted and caught up between kills.
+
+Each load row is compared with bench/results/dledger.json's row for the same policy and count
+(the replicated log alone): the broker should keep >= 60 % of it. Peer figures come from
+../shared/bench/results/*.json; `--live-peers nats_jetstream,rabbitmq_quorum` also runs those
+peers' scripts in this session, before and after our loads (bench.dledger's helpers), and
+reports ratios to the mean of the two runs. Targets: >= 2x NATS JetStream R3 (ASYNC_FLUSH: NATS
+acks from memory) and >= 3x RabbitMQ quorum queues (SYNC_FLUSH: a quorum queue fsyncs before it
+confirms) in acked messages/s; failover p99 < 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bench.dledger import (
+    LIVE_PEERS,
+    SEGMENT_BYTES,
+    cpu_ticks,
+    live_summary,
+    peer_figures,
+    percentile,
+    run_peer_or_record,
+    steal_pct,
+)
+from broker.localcluster import LocalCluster
+from remoting.client import open_connection
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import RemotingError
+
+BODY_BYTES = 1024
+SENDER_COUNTS = (1, 16, 128)
+POLICIES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+GROUP = "broker-a"
+TOPIC = "BenchTopic"
+QUEUES = 8
+PULL_BATCH = 32
+PULL_CONNECTIONS = 2
+PULL_DEADLINE_S = 300.0
+SEND_TIMEOUT_S = 10.0
+FAILOVER_SEND_TIMEOUT_S = 3.0  # a write waits for an election within the broker's deadline
+FAILOVER_SENDERS = 4
+FAILOVER_WAIT_S = 20.0
+REJOIN_WAIT_S = 60.0
+WORKER_READY_S = 60.0
+WORKER_WARMUP_SENDS = 20  # per connection: connections, topic, first segment
+DLEDGER_RESULTS = Path(__file__).resolve().parent / "results" / "dledger.json"
+KEEP_OF_DLEDGER = 0.6  # the broker keeps >= 60 % of the replicated log's own figure
+TARGET_VS_NATS = 2.0
+TARGET_VS_RABBITMQ = 3.0
+TARGET_FAILOVER_P99_MS = 500.0
+REPO = Path(__file__).resolve().parents[1]
+NET_ERRORS = (RemotingError, OSError, trio.TooSlowError, trio.BrokenResourceError)
+
+
+# --- the load plan and the arithmetic (tests/benchmarks/test_broker_bench.py) -----------------
+
+
+def plan(senders: int) -> list[tuple[int, int]]:
+    """(senders, connections) for each load-generator process: 1 process for one sender, 2 up
+    to 16, 4 beyond; each process's senders spread over up to 4 connections."""
+    processes = 1 if senders == 1 else 2 if senders <= 16 else 4
+    processes = min(processes, senders)
+    shares = [
+        senders // processes + (1 if i < senders % processes else 0) for i in range(processes)
+    ]
+    return [(n, max(1, min(4, n // 4))) for n in shares]
+
+
+def combine(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from the load processes' reports: acked / (last end - first start), latencies
+    merged before taking percentiles."""
+    acked = sum(w["acked"] for w in workers)
+    elapsed = max(w["t_end"] for w in workers) - min(w["t_start"] for w in workers)
+    latencies = [x for w in workers for x in w["latencies_ms"]]
+    error_codes: dict[str, int] = {}
+    for w in workers:
+        for code, n in w["error_codes"].items():
+            error_codes[code] = error_codes.get(code, 0) + n
+    return {
+        "acked": acked,
+        "errors": sum(w["errors"] for w in workers),
+        "error_codes": error_codes,
+        "seconds": round(elapsed, 2),
+        "msgs_per_s": round(acked / elapsed) if elapsed > 0 else 0,
+        "mb_per_s": round(acked * BODY_BYTES / elapsed / 1e6, 2) if elapsed > 0 else 0.0,
+        "latency_p50_ms": round(percentile(latencies, 50), 3),
+        "latency_p99_ms": round(percentile(latencies, 99), 3),
+    }
+
+
+def dledger_rows(report: dict[str, Any] | None) -> dict[tuple[str, int], int]:
+    """bench.dledger's entries/s by (flush, clients)."""
+    rows = (report or {}).get("throughput") or []
+    return {(r["flush"], r["clients"]): r["entries_per_s"] for r in rows}
+
+
+def of_dledger(
+    msgs_per_s: int, flush: str, senders: int, rows: dict[tuple[str, int], int]
+) -> float | None:
+    base = rows.get((flush, senders))
+    return round(msgs_per_s / base, 2) if base else None
+
+
+def ratios_to(
+    peers: dict[str, Any], best: dict[str, int], fo: dict[str, Any] | None
+) -> dict[str, float]:
+    """Our best acked messages/s against the peers' acked publishes/s, policy for like
+    durability (NATS acks from memory: ASYNC_FLUSH; a RabbitMQ quorum queue fsyncs: SYNC_FLUSH),
+    and failover p50 against RabbitMQ's."""
+    ratios = {}
+    nats = peers.get("nats_jetstream", {}).get("append_msgs_s")
+    if nats and best.get("ASYNC_FLUSH"):
+        ratios["async_vs_nats_jetstream"] = round(best["ASYNC_FLUSH"] / nats, 2)
+    rabbit = peers.get("rabbitmq_quorum", {}).get("append_msgs_s")
+    if rabbit and best.get("SYNC_FLUSH"):
+        ratios["sync_vs_rabbitmq_quorum"] = round(best["SYNC_FLUSH"] / rabbit, 2)
+    rabbit_fo = peers.get("rabbitmq_quorum", {}).get("failover_ms_p50")
+    if rabbit_fo and fo is not None:
+        ratios["failover_p50_vs_rabbitmq"] = round(fo["failover_ms_p50"] / rabbit_fo, 2)
+    return ratios
+
+
+def targets(
+    ratios: dict[str, float], rows: list[dict[str, Any]], fo: dict[str, Any] | None
+) -> dict[str, bool | None]:
+    """Each target: met, missed, or None where there was nothing to compare."""
+    kept = [r["of_dledger"] for r in rows if r.get("of_dledger") is not None]
+    nats = ratios.get("async_vs_nats_jetstream")
+    rabbit = ratios.get("sync_vs_rabbitmq_quorum")
+    return {
+        "vs_nats_jetstream_2x": None if nats is None else nats >= TARGET_VS_NATS,
+        "vs_rabbitmq_quorum_3x": None if rabbit is None else rabbit >= TARGET_VS_RABBITMQ,
+        "keeps_60pct_of_dledger": min(kept) >= KEEP_OF_DLEDGER if kept else None,
+        "failover_p99_under_500ms": (
+            None if fo is None else fo["failover_ms_p99"] < TARGET_FAILOVER_P99_MS
+        ),
+    }
+
+
+# --- remoting ---------------------------------------------------------------------------------
+
+
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def send_request(queue_id: int, body: bytes) -> RemotingCommand:
+    fields = {
+        "producerGroup": "bench_pg",
+        "topic": TOPIC,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": QUEUES,
+        "queueId": queue_id,
+        "sysFlag": 0,
+        "bornTimestamp": int(time.time() * 1000),
+        "flag": 0,
+        "properties": "",
+        "reconsumeTimes": 0,
+        "unitMode": "false",
+    }
+    return RemotingCommand.request(
+        RequestCode.SEND_MESSAGE, {k: str(v) for k, v in fields.items()}, body
+    )
+
+
+def pull_request(queue_id: int, offset: int) -> RemotingCommand:
+    fields = {
+        "consumerGroup": "bench_cg",
+        "topic": TOPIC,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": PULL_BATCH,
+        "sysFlag": 4,  # subscription given; no commit offset, no suspend
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {k: str(v) for k, v in fields.items()})
+
+
+async def create_topic(address: str) -> None:
+    fields = {"topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6}
+    request = RemotingCommand.request(
+        RequestCode.UPDATE_AND_CREATE_TOPIC, {k: str(v) for k, v in fields.items()}
+    )
+    async with open_connection(*host_port(address)) as conn:
+        response = await conn.request(request, timeout_s=10.0)
+    if response.code != ResponseCode.SUCCESS:
+        raise RuntimeError(f"UPDATE_AND_CREATE_TOPIC: {response.code} {response.remark}")
+
+
+async def leader_address(cluster: LocalCluster, not_: str | None = None) -> str:
+    with trio.fail_after(FAILOVER_WAIT_S):
+        while True:
+            address = await trio.to_thread.run_sync(cluster.leader_of, GROUP)
+            if address is not None and address != not_:
+                return address
+            await trio.sleep(0.02)
+
+
+def raft_terms(cluster: LocalCluster) -> list[int]:
+    tables = [cluster.runtime_info(b.name) for b in cluster.replicas_of(GROUP)]
+    return [int(t["raftTerm"]) for t in tables if t]
+
+
+# --- a load-generator process: python -m bench.broker --worker '{"address": ...}' -------------
+
+
+async def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    body = os.urandom(BODY_BYTES)
+    latencies: list[float] = []
+    acked = errors = 0
+    error_codes: dict[str, int] = {}
+    async with AsyncExitStack() as stack:
+        conns = [  # each connect has its own timeout; a nursery each, so not in fail_after
+            await stack.enter_async_context(open_connection(*host_port(spec["address"])))
+            for _ in range(spec["connections"])
+        ]
+        with trio.fail_after(WORKER_READY_S):
+            for i, conn in enumerate(conns):
+                for _ in range(WORKER_WARMUP_SENDS):
+                    await conn.request(send_request(i % QUEUES, body), timeout_s=SEND_TIMEOUT_S)
+        print("ready", flush=True)
+        await trio.to_thread.run_sync(sys.stdin.readline)  # "go", once every process is ready
+        stop_at = time.perf_counter() + spec["seconds"]
+
+        async def sender(k: int) -> None:
+            nonlocal acked, errors
+            conn = conns[k % len(conns)]
+            queue_id = (spec["first"] + k) % QUEUES
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                try:
+                    response = await conn.request(send_request(queue_id, body), SEND_TIMEOUT_S)
+                except NET_ERRORS as err:
+                    errors += 1
+                    name = type(err).__name__
+                    error_codes[name] = error_codes.get(name, 0) + 1
+                    await trio.sleep(0.01)
+                    continue
+                if response.code != ResponseCode.SUCCESS:
+                    errors += 1
+                    error_codes[str(response.code)] = error_codes.get(str(response.code), 0) + 1
+                    continue
+                latencies.append(time.perf_counter() - t0)
+                acked += 1
+
+        t_start = time.time()
+        async with trio.open_nursery() as nursery:
+            for k in range(spec["senders"]):
+                nursery.start_soon(sender, k)
+        t_end = time.time()
+    return {
+        "acked": acked,
+        "errors": errors,
+        "error_codes": error_codes,
+        "t_start": t_start,
+        "t_end": t_end,
+        "latencies_ms": [round(x * 1000, 3) for x in latencies],
+    }
+
+
+def run_workers(
+    address: str, senders: int, seconds: float
+) -> tuple[list[dict[str, Any]], float | None]:
+    """Start the load processes, let them connect and warm up, start them together; their
+    reports and the cpu steal over the load."""
+    procs: list[subprocess.Popen[str]] = []
+    first = 0
+    try:
+        for n, connections in plan(senders):
+            spec = {"address": address, "senders": n, "connections": connections,
+                    "seconds": seconds, "first": first}  # fmt: skip
+            first += n
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "bench.broker", "--worker", json.dumps(spec)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    cwd=REPO,
+                )
+            )
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline()  # the worker gives up by itself after WORKER_READY_S
+            if line.strip() != "ready":
+                raise RuntimeError(f"a load process did not get ready: {line!r}")
+        ticks = cpu_ticks()
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        reports = []
+        for p in procs:
+            out, _ = p.communicate(timeout=seconds + SEND_TIMEOUT_S + 60)
+            if p.returncode != 0:
+                raise RuntimeError(f"a load process exited {p.returncode}")
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+        return reports, steal_pct(ticks, cpu_ticks())
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+# --- pulls ------------------------------------------------------------------------------------
+
+
+async def pull_all(address: str) -> dict[str, Any]:
+    """Pull every queue from offset 0 to its max offset, PULL_BATCH a pull, a task per queue
+    over PULL_CONNECTIONS connections; messages/s."""
+    pulled = errors = 0
+    async with AsyncExitStack() as stack:
+        conns = [
+            await stack.enter_async_context(open_connection(*host_port(address)))
+            for _ in range(PULL_CONNECTIONS)
+        ]
+        ends = []
+        for q in range(QUEUES):
+            request = RemotingCommand.request(
+                RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": str(q)}
+            )
+            response = await conns[0].request(request, timeout_s=10.0)
+            ends.append(int(response.ext_fields.get("offset", "0")))
+
+        async def drain(q: int) -> None:
+            nonlocal pulled, errors
+            conn = conns[q % len(conns)]
+            offset = 0
+            while offset < ends[q]:
+                response = await conn.request(pull_request(q, offset), timeout_s=30.0)
+                if response.code != ResponseCode.SUCCESS:
+                    errors += 1
+                    if response.code != ResponseCode.PULL_RETRY_IMMEDIATELY:
+                        return
+                    continue
+                following = int(response.ext_fields["nextBeginOffset"])
+                pulled += following - offset
+                offset = following
+
+        t0 = time.perf_counter()
+        ticks = cpu_ticks()
+        with trio.move_on_after(PULL_DEADLINE_S):
+            async with trio.open_nursery() as nursery:
+                for q in range(QUEUES):
+                    nursery.start_soon(drain, q)
+        elapsed = time.perf_counter() - t0
+    return {
+        "pulled": pulled,
+        "expected": sum(ends),
+        "pull_errors": errors,
+        "pull_msgs_per_s": round(pulled / elapsed) if elapsed > 0 else 0,
+        "pull_cpu_steal_pct": steal_pct(ticks, cpu_ticks()),
+    }
+
+
+def load(cluster: LocalCluster, senders: int, seconds: float) -> dict[str, Any]:
+    address = trio.run(leader_address, cluster)
+    trio.run(create_topic, address)
+    terms_before = raft_terms(cluster)
+    load_before = os.getloadavg()[0]
+    reports, steal = run_workers(address, senders, seconds)
+    load_after = os.getloadavg()[0]
+    terms_after = raft_terms(cluster)
+    row = {"senders": senders, "processes": len(reports), **combine(reports)}
+    row["elections_during_load"] = max(terms_after) - max(terms_before)
+    row["cpu_steal_pct"] = steal
+    # steal misses other work inside this VM (other agents, a soak): its run queue shows it
+    row["loadavg_1m"] = [round(load_before, 1), round(load_after, 1)]
+    row.update(trio.run(pull_all, address))
+    return row
+
+
+# --- failover ---------------------------------------------------------------------------------
+
+
+async def route_master(cluster: LocalCluster) -> str | None:
+    """brokerAddrs["0"] of the topic's route, from the first name server that answers."""
+    for ns in cluster.namesrvs.values():
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        body = None
+        try:  # errors inside the connection's block come out in an ExceptionGroup
+            with trio.fail_after(0.5):
+                async with open_connection(ns.host, ns.port, connect_timeout_s=0.5) as conn:
+                    response = await conn.request(request, timeout_s=0.5)
+            if response.code == ResponseCode.SUCCESS:
+                body = response.body
+        except* NET_ERRORS:
+            pass
+        try:
+            route = json.loads(body) if body else {}
+        except ValueError:
+            continue
+        for data in route.get("brokerDatas", []):
+            master = (data.get("brokerAddrs") or {}).get("0")
+            if data.get("brokerName") == GROUP and isinstance(master, str):
+                return master
+    return None
+
+
+def next_target(failed: str, master: str | None, replicas: list[str]) -> str:
+    """Where a sender goes after `failed` let it down: the route's master if that is another
+    broker, else the replica after `failed` (any replica forwards writes to the leader)."""
+    if master is not None and master != failed:
+        return master
+    i = replicas.index(failed) if failed in replicas else -1
+    return replicas[(i + 1) % len(replicas)]
+
+
+async def rejoined(cluster: LocalCluster, name: str) -> None:
+    """Until the restarted replica follows a leader and has applied the leader's commit index."""
+    with trio.fail_after(REJOIN_WAIT_S):
+        while True:
+            mine = await trio.to_thread.run_sync(cluster.runtime_info, name)
+            if mine and mine.get("raftRole") == "follower" and mine.get("raftLeader"):
+                lead_name = f"{GROUP}/{mine['raftLeader']}"
+                lead = await trio.to_thread.run_sync(cluster.runtime_info, lead_name)
+                mine = await trio.to_thread.run_sync(cluster.runtime_info, name)
+                if lead and mine and int(mine["appliedIndex"]) >= int(lead["commitIndex"]):
+                    return
+            await trio.sleep(0.05)
+
+
+async def failover(cluster: LocalCluster, kills: int) -> dict[str, Any]:
+    replicas = cluster.broker_addresses(GROUP)
+    await create_topic(await leader_address(cluster))
+    body = os.urandom(BODY_BYTES)
+    acks: list[float] = []
+    times_ms: list[float] = []
+
+    async def sender(k: int) -> None:
+        target = await leader_address(cluster)
+        while True:
+            try:
+                async with open_connection(*host_port(target), connect_timeout_s=0.5) as conn:
+                    while True:
+                        request = send_request(k % QUEUES, body)
+                        response = await conn.request(request, FAILOVER_SEND_TIMEOUT_S)
+                        if response.code != ResponseCode.SUCCESS:
+                            break
+                        acks.append(time.monotonic())
+            except* NET_ERRORS:  # from inside the connection's block: in an ExceptionGroup
+                pass
+            target = next_target(target, await route_master(cluster), replicas)
+
+    async with trio.open_nursery() as nursery:
+        for k in range(FAILOVER_SENDERS):
+            nursery.start_soon(sender, k)
+        for _ in range(kills):
+            leader = cluster.replica_at(await leader_address(cluster))
+            assert leader is not None
+            with trio.fail_after(FAILOVER_WAIT_S):  # the group is healthy: sends flow
+                n = len(acks)
+                while len(acks) < n + 50:
+                    await trio.sleep(0.01)
+            killed_at = time.monotonic()
+            cluster.kill(leader.name)
+            with trio.fail_after(FAILOVER_WAIT_S):
+                while not acks or acks[-1] <= killed_at:
+                    await trio.sleep(0.001)
+            first = min(t for t in acks[-200:] if t > killed_at)
+            times_ms.append((first - killed_at) * 1000)
+            cluster.start(leader.name)
+            await rejoined(cluster, leader.name)
+        nursery.cancel_scope.cancel()
+    return {
+        "kills": kills,
+        "senders": FAILOVER_SENDERS,
+        "failover_ms_p50": round(statistics.median(times_ms), 1),
+        "failover_ms_p99": round(percentile(times_ms, 99), 1),
+        "failover_ms_max": round(max(times_ms), 1),
+        "failover_ms_all": [round(t, 1) for t in times_ms],
+    }
+
+
+# --- clusters and the report ------------------------------------------------------------------
+
+
+def broker_args(policy: str) -> list[str]:
+    return [
+        "--flush", policy,
+        "--segment-bytes", str(SEGMENT_BYTES),
+        "--log-level", os.environ.get("BENCH_LOG_LEVEL", "WARNING"),
+    ]  # fmt: skip
+
+
+def log_problems(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
+    """ERROR and Traceback lines in each process's log (how many, the first few): anything the
+    load made a broker say. The logs go with the temporary directory."""
+    found: dict[str, dict[str, Any]] = {}
+    for name in cluster.processes:
+        lines = [
+            line
+            for line in cluster.log_text(name).splitlines()
+            if "ERROR" in line or "Traceback" in line
+        ]
+        if lines:
+            found[name] = {"count": len(lines), "first": [line[:300] for line in lines[:3]]}
+    return found
+
+
+def run_cluster(root: Path, policy: str, body: Any, *args: Any) -> dict[str, Any]:
+    cluster = LocalCluster(
+        root / policy / str(time.monotonic_ns()),
+        namesrvs=1,
+        groups=(GROUP,),
+        replicas=3,
+        extra_broker_args=broker_args(policy),
+    )
+    cluster.start_all()
+    try:
+        cluster.wait_serving()
+        result = body(cluster, *args)
+    finally:
+        cluster.stop_all()
+    result["log_problems"] = log_problems(cluster)
+    return result
+
+
+def run_failover(cluster: LocalCluster, kills: int) -> dict[str, Any]:
+    return trio.run(failover, cluster, kills)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.broker", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="3 s per load, 5 kills")
+    p.add_argument("--seconds", type=float)
+    p.add_argument("--kills", type=int, help="leader kills (default 20, 5 with --quick; 0: none)")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--senders", default=",".join(map(str, SENDER_COUNTS)))
+    p.add_argument("--out", type=Path, default=Path("bench/results/broker.json"))
+    p.add_argument(
+        "--live-peers",
+        default="",
+        metavar="NAMES",
+        help=f"comma list of peers to run in this session, before and after our loads: {', '.join(LIVE_PEERS)}",
+    )
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # a load-generator process's spec
+    args = p.parse_args(argv)
+    args.seconds = args.seconds or (3.0 if args.quick else 10.0)
+    if args.seconds <= 0:
+        p.error("--seconds must be > 0")
+    args.kills = args.kills if args.kills is not None else (5 if args.quick else 20)
+    if args.kills < 0:
+        p.error("--kills must be >= 0")
+    args.live = [name for name in args.live_peers.split(",") if name]
+    unknown = [name for name in args.live if name not in LIVE_PEERS]
+    if unknown:
+        p.error(f"--live-peers: unknown {', '.join(unknown)} (known: {', '.join(LIVE_PEERS)})")
+    args.policies = [x for x in args.policies.split(",") if x]  # "": failover only
+    bad = [x for x in args.policies if x not in POLICIES]
+    if bad:
+        p.error(f"--policies: unknown {', '.join(bad)} (known: {', '.join(POLICIES)})")
+    try:
+        args.senders = [int(c) for c in args.senders.split(",")]
+    except ValueError:
+        p.error("--senders: a comma list of counts")
+    if any(c < 1 for c in args.senders):
+        p.error("--senders: every count >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps(trio.run(worker, json.loads(args.worker))), flush=True)
+        return 0
+    dledger = dledger_rows(
+        json.loads(DLEDGER_RESULTS.read_text()) if DLEDGER_RESULTS.exists() else None
+    )
+    results: dict[str, Any] = {"throughput": [], "failover": None}
+    live_runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.live}
+    with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
+        root = Path(tmp)
+        for name in args.live:
+            live_runs[name].append(run_peer_or_record(name, root / f"{name}-before.json"))
+        print(
+            f"{'flush':<12} {'senders':>7} {'procs':>5} {'msgs/s':>8} {'of dledger':>10} {'p50 ms':>8} "
+            f"{'p99 ms':>8} {'errors':>6} {'elections':>9} {'steal %':>7} {'load':>5} {'pull msgs/s':>11}"
+        )
+        for policy in args.policies:
+            for senders in args.senders:
+                r = run_cluster(root, policy, load, senders, args.seconds)
+                r["flush"] = policy
+                r["of_dledger"] = of_dledger(r["msgs_per_s"], policy, senders, dledger)
+                results["throughput"].append(r)
+                print(
+                    f"{policy:<12} {senders:>7} {r['processes']:>5} {r['msgs_per_s']:>8,} {r['of_dledger']!s:>10} "
+                    f"{r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8} {r['errors']:>6} "
+                    f"{r['elections_during_load']:>9} {r['cpu_steal_pct']!s:>7} {r['loadavg_1m'][1]:>5} {r['pull_msgs_per_s']:>11,}",
+                    flush=True,
+                )
+                if r["log_problems"]:
+                    counts = {k: v["count"] for k, v in r["log_problems"].items()}
+                    print(f"  ERROR lines in process logs: {counts}", flush=True)
+        for name in args.live:
+            live_runs[name].append(run_peer_or_record(name, root / f"{name}-after.json"))
+        if args.kills:
+            fo = run_cluster(root, "SYNC_FLUSH", run_failover, args.kills)
+            results["failover"] = fo
+            print(
+                f"failover (kill -9 of the leader -> the sender's next SEND_OK), {args.kills} kills: "
+                f"p50 {fo['failover_ms_p50']} ms, p99 {fo['failover_ms_p99']} ms, max {fo['failover_ms_max']} ms"
+            )
+    peers = peer_figures()
+    best = {
+        pol: max((r["msgs_per_s"] for r in results["throughput"] if r["flush"] == pol), default=0)
+        for pol in args.policies
+    }
+    ratios = ratios_to(peers, best, results["failover"])
+    live_peers = {name: live_summary(runs) for name, runs in live_runs.items()}
+    live_ratios = ratios_to(live_peers, best, results["failover"])
+    met = targets(live_ratios or ratios, results["throughput"], results["failover"])
+    for name, summary in live_peers.items():
+        shown = [
+            f"{r['append_msgs_s']:,.0f}" if r.get("append_msgs_s") else "failed"
+            for r in summary["runs"]
+        ]
+        print(f"peer {name} in this session: {shown[0]} before, {shown[-1]} after our loads")
+    report = {
+        "what": "broker",
+        "replicas": 3,
+        "body_bytes": BODY_BYTES,
+        "quick": args.quick,
+        "seconds_per_load": args.seconds,
+        **results,
+        "peers": peers,
+        "ratios": ratios,
+        "live_peers": live_peers,
+        "live_ratios": live_ratios,
+        "targets": met,
+        "cpu_count": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "method": "1 name server and 3 `python -m broker` replicas of one group on 127.0.0.1 (default "
+        "timeouts, 256 MiB log segments), a fresh cluster per row; a topic of 8 queues; N senders as "
+        "trio tasks in 1 (N=1), 2 (N<=16) or 4 load processes, each process on up to 4 connections to "
+        "the leader, sending 1 KiB bodies with SEND_MESSAGE back to back; msgs/s = SEND_OK responses "
+        "/ wall time from the first process's start to the last one's end. Pull: every queue read "
+        "back from the leader with PULL_MESSAGE, 32 a pull, a task per queue. Failover (SYNC_FLUSH): "
+        "4 senders; kill -9 of the leader; time to the first SEND_OK after the kill; a sender that "
+        "loses its broker asks the name server for the route, else tries the next replica. "
+        "of_dledger: msgs/s over bench/results/dledger.json's entries/s for the same policy and "
+        "count. cpu_steal_pct as in bench.dledger: compare rows with low steal; loadavg_1m (before, "
+        "after the load) shows other work inside this VM, which steal does not.",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print("ratios to the stored peer figures:", ratios)
+    if live_ratios:
+        print("ratios to the peers run in this session:", live_ratios)
+    print("targets:", met)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

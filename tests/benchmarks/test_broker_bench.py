@@ -1,0 +1,138 @@
+"""bench.broker's arithmetic and flags, without a cluster or a load: the load plan, merging the
+load processes' reports, the comparison with bench.dledger's rows and the peers, the targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import broker as bench
+
+
+@pytest.mark.parametrize(
+    ("senders", "expected"),
+    [
+        (1, [(1, 1)]),
+        (2, [(1, 1), (1, 1)]),
+        (16, [(8, 2), (8, 2)]),
+        (10, [(5, 1), (5, 1)]),
+        (17, [(5, 1), (4, 1), (4, 1), (4, 1)]),
+        (128, [(32, 4)] * 4),
+    ],
+)
+def test_the_plan_spreads_senders_over_processes_and_connections(
+    senders: int, expected: list[tuple[int, int]]
+) -> None:
+    assert bench.plan(senders) == expected
+    assert sum(n for n, _ in bench.plan(senders)) == senders
+
+
+def report(acked: int, t_start: float, t_end: float, latencies: list[float], **codes: int) -> dict:
+    return {
+        "acked": acked,
+        "errors": sum(codes.values()),
+        "error_codes": codes,
+        "t_start": t_start,
+        "t_end": t_end,
+        "latencies_ms": latencies,
+    }
+
+
+def test_processes_combine_over_the_span_from_the_first_start_to_the_last_end() -> None:
+    row = bench.combine(
+        [
+            report(1000, 100.0, 102.0, [1.0] * 98 + [9.0] * 2, RequestTimeout=1),
+            report(3000, 100.5, 104.0, [2.0] * 100, **{"2": 3, "RequestTimeout": 2}),
+        ]
+    )
+    assert row["acked"] == 4000
+    assert row["seconds"] == 4.0
+    assert row["msgs_per_s"] == 1000
+    assert row["mb_per_s"] == 1.02  # 4000 x 1024 bytes in 4 s
+    assert row["errors"] == 6
+    assert row["error_codes"] == {"RequestTimeout": 3, "2": 3}
+    # percentiles of the merged latencies, not a mean of each process's
+    assert row["latency_p50_ms"] == 2.0
+    assert row["latency_p99_ms"] == 9.0
+
+
+def test_a_row_is_compared_with_dledgers_row_for_the_same_policy_and_count() -> None:
+    rows = bench.dledger_rows(
+        {
+            "throughput": [
+                {"flush": "ASYNC_FLUSH", "clients": 16, "entries_per_s": 20_000},
+                {"flush": "SYNC_FLUSH", "clients": 16, "entries_per_s": 8_000},
+            ]
+        }
+    )
+    assert bench.of_dledger(13_000, "ASYNC_FLUSH", 16, rows) == 0.65
+    assert bench.of_dledger(13_000, "SYNC_FLUSH", 16, rows) == 1.62
+    assert bench.of_dledger(13_000, "SYNC_FLUSH", 128, rows) is None  # no such row
+    assert bench.dledger_rows(None) == {}
+
+
+def test_ratios_compare_like_durability_and_leave_out_what_is_missing() -> None:
+    peers = {
+        "nats_jetstream": {"append_msgs_s": 10_000.0},
+        "rabbitmq_quorum": {"append_msgs_s": 4_000.0, "failover_ms_p50": 400.0},
+    }
+    best = {"ASYNC_FLUSH": 25_000, "SYNC_FLUSH": 14_000}
+    assert bench.ratios_to(peers, best, {"failover_ms_p50": 100.0}) == {
+        "async_vs_nats_jetstream": 2.5,
+        "sync_vs_rabbitmq_quorum": 3.5,
+        "failover_p50_vs_rabbitmq": 0.25,
+    }
+    assert bench.ratios_to(peers, {"SYNC_FLUSH": 14_000}, None) == {"sync_vs_rabbitmq_quorum": 3.5}
+    assert bench.ratios_to({"nats_jetstream": {"append_msgs_s": None}}, best, None) == {}
+
+
+def test_targets_met_missed_or_not_measured() -> None:
+    rows = [{"of_dledger": 0.9}, {"of_dledger": 0.55}, {"of_dledger": None}]
+    met = bench.targets(
+        {"async_vs_nats_jetstream": 2.0, "sync_vs_rabbitmq_quorum": 2.9},
+        rows,
+        {"failover_ms_p99": 499.0},
+    )
+    assert met == {
+        "vs_nats_jetstream_2x": True,
+        "vs_rabbitmq_quorum_3x": False,
+        "keeps_60pct_of_dledger": False,  # the worst row counts
+        "failover_p99_under_500ms": True,
+    }
+    assert bench.targets({}, [], None) == dict.fromkeys(met)
+
+
+def test_a_sender_that_lost_its_broker_goes_to_the_route_master_else_the_next_replica() -> None:
+    replicas = ["h:1", "h:2", "h:3"]
+    assert bench.next_target("h:1", "h:3", replicas) == "h:3"
+    assert bench.next_target("h:1", "h:1", replicas) == "h:2"  # the route is stale
+    assert bench.next_target("h:3", None, replicas) == "h:1"  # no route: wrap around
+    assert bench.next_target("h:9", None, replicas) == "h:1"
+
+
+def test_defaults_and_quick() -> None:
+    full = bench.parse_args([])
+    assert (full.seconds, full.kills, full.senders) == (10.0, 20, [1, 16, 128])
+    assert full.policies == ["ASYNC_FLUSH", "SYNC_FLUSH"] and full.live == []
+    quick = bench.parse_args(["--quick", "--live-peers", "nats_jetstream,rabbitmq_quorum"])
+    assert (quick.seconds, quick.kills) == (3.0, 5)
+    assert quick.live == ["nats_jetstream", "rabbitmq_quorum"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--live-peers", "nats_jetstream,kafka"], "unknown kafka"),
+        (["--kills", "-1"], "--kills must be >= 0"),
+        (["--policies", "ASYNC_FLUSH,FSYNC"], "unknown FSYNC"),
+        (["--senders", "1,x"], "a comma list of counts"),
+        (["--senders", "0"], "every count >= 1"),
+        (["--seconds", "-2"], "--seconds must be > 0"),
+    ],
+)
+def test_bad_flags_exit_2_before_anything_runs(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        bench.main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
