@@ -61,7 +61,7 @@ case "$cmd" in
     bench)
         install_system
         install_python
-        for b in raft_core log_store dledger audit; do "$PY" -m "bench.$b" "$@"; done
+        for b in raft_core log_store dledger broker audit; do "$PY" -m "bench.$b" "$@"; done
         ;;
     *)
         echo "usage: ./dev.sh up|test|soak|bench" >&2
