@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,7 @@ KEEP_OF_DLEDGER = 0.6  # the broker keeps >= 60 % of the replicated log's own fi
 TARGET_VS_NATS = 2.0
 TARGET_VS_RABBITMQ = 3.0
 TARGET_FAILOVER_P99_MS = 500.0
+LOG_EXCERPT_LINES = 60
 REPO = Path(__file__).resolve().parents[1]
 NET_ERRORS = (RemotingError, OSError, trio.TooSlowError, trio.BrokenResourceError)
 
@@ -521,17 +523,19 @@ def log_problems(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
     load made a broker say. The logs go with the temporary directory."""
     found: dict[str, dict[str, Any]] = {}
     for name in cluster.processes:
-        lines = [
-            line
-            for line in cluster.log_text(name).splitlines()
-            if "ERROR" in line or "Traceback" in line
-        ]
-        if lines:
-            found[name] = {"count": len(lines), "first": [line[:300] for line in lines[:3]]}
+        text = cluster.log_text(name).splitlines()
+        hits = [i for i, line in enumerate(text) if "ERROR" in line or "Traceback" in line]
+        if hits:  # the first one with what follows it: a traceback's last lines say what
+            excerpt = [line[:300] for line in text[hits[0] : hits[0] + LOG_EXCERPT_LINES]]
+            found[name] = {"count": len(hits), "first": excerpt}
     return found
 
 
-def run_cluster(root: Path, policy: str, body: Any, *args: Any) -> dict[str, Any]:
+def run_cluster(
+    root: Path, keep_logs: Path | None, policy: str, body: Any, *args: Any
+) -> dict[str, Any]:
+    """A fresh cluster for one row; `body(cluster, *args)`'s result with the logs' ERROR lines;
+    the logs copied under `keep_logs`/<policy>-<body>-<first arg> if given."""
     cluster = LocalCluster(
         root / policy / str(time.monotonic_ns()),
         namesrvs=1,
@@ -545,6 +549,9 @@ def run_cluster(root: Path, policy: str, body: Any, *args: Any) -> dict[str, Any
         result = body(cluster, *args)
     finally:
         cluster.stop_all()
+        if keep_logs is not None:
+            where = keep_logs / f"{policy}-{body.__name__}-{args[0]}"
+            shutil.copytree(cluster.root / "logs", where, dirs_exist_ok=True)
     result["log_problems"] = log_problems(cluster)
     return result
 
@@ -567,6 +574,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="NAMES",
         help=f"comma list of peers to run in this session, before and after our loads: {', '.join(LIVE_PEERS)}",
     )
+    p.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy every process log here")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # a load-generator process's spec
     args = p.parse_args(argv)
     args.seconds = args.seconds or (3.0 if args.quick else 10.0)
@@ -612,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for policy in args.policies:
             for senders in args.senders:
-                r = run_cluster(root, policy, load, senders, args.seconds)
+                r = run_cluster(root, args.keep_logs, policy, load, senders, args.seconds)
                 r["flush"] = policy
                 r["of_dledger"] = of_dledger(r["msgs_per_s"], policy, senders, dledger)
                 results["throughput"].append(r)
@@ -628,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.live:
             live_runs[name].append(run_peer_or_record(name, root / f"{name}-after.json"))
         if args.kills:
-            fo = run_cluster(root, "SYNC_FLUSH", run_failover, args.kills)
+            fo = run_cluster(root, args.keep_logs, "SYNC_FLUSH", run_failover, args.kills)
             results["failover"] = fo
             print(
                 f"failover (kill -9 of the leader -> the sender's next SEND_OK), {args.kills} kills: "
