@@ -71,7 +71,10 @@ FAILOVER_SENDERS = 4
 FAILOVER_WAIT_S = 20.0
 REJOIN_WAIT_S = 60.0
 WORKER_READY_S = 60.0
-WORKER_WARMUP_SENDS = 20  # per connection: connections, topic, first segment
+# per connection, over every queue: connections, topic, first segment, every queue's files (a
+# broker creating ConsumeQueues while a checkpoint flushes them in a thread has crashed:
+# "dictionary changed size during iteration" in ConsumeQueues.flush)
+WORKER_WARMUP_SENDS = 20
 DLEDGER_RESULTS = Path(__file__).resolve().parent / "results" / "dledger.json"
 KEEP_OF_DLEDGER = 0.6  # the broker keeps >= 60 % of the replicated log's own figure
 TARGET_VS_NATS = 2.0
@@ -250,8 +253,9 @@ async def worker(spec: dict[str, Any]) -> dict[str, Any]:
         ]
         with trio.fail_after(WORKER_READY_S):
             for i, conn in enumerate(conns):
-                for _ in range(WORKER_WARMUP_SENDS):
-                    await conn.request(send_request(i % QUEUES, body), timeout_s=SEND_TIMEOUT_S)
+                for n in range(WORKER_WARMUP_SENDS):  # every queue: its files exist before "go"
+                    request = send_request((i + n) % QUEUES, body)
+                    await conn.request(request, timeout_s=SEND_TIMEOUT_S)
         print("ready", flush=True)
         await trio.to_thread.run_sync(sys.stdin.readline)  # "go", once every process is ready
         stop_at = time.perf_counter() + spec["seconds"]
