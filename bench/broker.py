@@ -15,7 +15,9 @@ forwards writes to the leader), kill -9 of the leader, time from the kill to the
 20 times (5 with --quick), the victim restarted and caught up between kills.
 
 Each load row is compared with bench/results/dledger.json's row for the same policy and count
-(the replicated log alone): the broker should keep >= 60 % of it. Peer figures come from
+(the replicated log alone): the broker should keep >= 60 % of it. On a busy host those stored
+figures are from another machine, in effect: `--dledger-too` runs bench.dledger's load for the
+same policy and count right after each row, and compares with that instead. Peer figures come from
 ../shared/bench/results/*.json; `--live-peers nats_jetstream,rabbitmq_quorum` also runs those
 peers' scripts in this session, before and after our loads (bench.dledger's helpers), and
 reports ratios to the mean of the two runs. Targets: >= 2x NATS JetStream R3 (ASYNC_FLUSH: NATS
@@ -40,6 +42,7 @@ from typing import Any
 
 import trio
 
+from bench import dledger as bench_dledger
 from bench.dledger import (
     LIVE_PEERS,
     SEGMENT_BYTES,
@@ -578,6 +581,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="NAMES",
         help=f"comma list of peers to run in this session, before and after our loads: {', '.join(LIVE_PEERS)}",
     )
+    p.add_argument(
+        "--dledger-too",
+        action="store_true",
+        help="after each row, bench.dledger's load for the same policy and count in this session "
+        "(a loaded host makes the stored bench/results/dledger.json figures incomparable)",
+    )
     p.add_argument("--keep-logs", type=Path, metavar="DIR", help="copy every process log here")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # a load-generator process's spec
     args = p.parse_args(argv)
@@ -627,6 +636,13 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_cluster(root, args.keep_logs, policy, load, senders, args.seconds)
                 r["flush"] = policy
                 r["of_dledger"] = of_dledger(r["msgs_per_s"], policy, senders, dledger)
+                if args.dledger_too:
+                    base = bench_dledger.run_group(
+                        root, policy, bench_dledger.load, senders, args.seconds
+                    )
+                    r["dledger_same_session"] = base
+                    same = {(policy, senders): base["entries_per_s"]}
+                    r["of_dledger"] = of_dledger(r["msgs_per_s"], policy, senders, same)
                 results["throughput"].append(r)
                 print(
                     f"{policy:<12} {senders:>7} {r['processes']:>5} {r['msgs_per_s']:>8,} {r['of_dledger']!s:>10} "
@@ -655,6 +671,10 @@ def main(argv: list[str] | None = None) -> int:
     live_peers = {name: live_summary(runs) for name, runs in live_runs.items()}
     live_ratios = ratios_to(live_peers, best, results["failover"])
     met = targets(live_ratios or ratios, results["throughput"], results["failover"])
+    met_source = {
+        "peers": "live, this session" if live_ratios else "stored ../shared/bench/results",
+        "dledger": "this session" if args.dledger_too else str(DLEDGER_RESULTS.name),
+    }
     for name, summary in live_peers.items():
         shown = [
             f"{r['append_msgs_s']:,.0f}" if r.get("append_msgs_s") else "failed"
@@ -673,6 +693,7 @@ def main(argv: list[str] | None = None) -> int:
         "live_peers": live_peers,
         "live_ratios": live_ratios,
         "targets": met,
+        "targets_compared_with": met_source,
         "cpu_count": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "method": "1 name server and 3 `python -m broker` replicas of one group on 127.0.0.1 (default "
@@ -684,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
         "4 senders; kill -9 of the leader; time to the first SEND_OK after the kill; a sender that "
         "loses its broker asks the name server for the route, else tries the next replica. "
         "of_dledger: msgs/s over bench/results/dledger.json's entries/s for the same policy and "
-        "count. cpu_steal_pct as in bench.dledger: compare rows with low steal; loadavg_1m (before, "
+        "count (with --dledger-too: bench.dledger's load run just before the row, this session). cpu_steal_pct as in bench.dledger: compare rows with low steal; loadavg_1m (before, "
         "after the load) shows other work inside this VM, which steal does not.",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -692,7 +713,7 @@ def main(argv: list[str] | None = None) -> int:
     print("ratios to the stored peer figures:", ratios)
     if live_ratios:
         print("ratios to the peers run in this session:", live_ratios)
-    print("targets:", met)
+    print("targets:", met, "compared with:", met_source)
     return 0
 
 

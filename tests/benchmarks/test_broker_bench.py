@@ -113,6 +113,8 @@ def test_defaults_and_quick() -> None:
     full = bench.parse_args([])
     assert (full.seconds, full.kills, full.senders) == (10.0, 20, [1, 16, 128])
     assert full.policies == ["ASYNC_FLUSH", "SYNC_FLUSH"] and full.live == []
+    assert not full.dledger_too and full.keep_logs is None
+    assert bench.parse_args(["--policies", "", "--kills", "3"]).policies == []  # failover only
     quick = bench.parse_args(["--quick", "--live-peers", "nats_jetstream,rabbitmq_quorum"])
     assert (quick.seconds, quick.kills) == (3.0, 5)
     assert quick.live == ["nats_jetstream", "rabbitmq_quorum"]
