@@ -215,9 +215,10 @@ def _ext_fields_from_json(raw: object) -> dict[str, str]:
         raise MalformedFrame(f"{len(raw)} extFields; at most {limits.EXT_FIELDS_MAX}")
     fields: dict[str, str] = {}
     for key, value in raw.items():
-        if value is None:  # Java omits nulls; a null means the same
-            continue
-        fields[key] = _ext_text(key, value)
+        if type(value) is str:  # what Java sends, and most of what C++ sends
+            fields[key] = value
+        elif value is not None:  # Java omits nulls; a null means the same
+            fields[key] = _ext_text(key, value)
     return fields
 
 

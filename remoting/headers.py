@@ -53,14 +53,22 @@ class Header:
     def decode(cls, ext_fields: Mapping[str, object], *, short_names: bool = False) -> Self:
         """Read this header from extFields; `short_names` for SEND_MESSAGE_V2's a, b, c, ..."""
         values: dict[str, Any] = {}
-        for f in attrs.fields(cls):
-            wire = f.metadata["v2"] if short_names and f.metadata["v2"] else f.metadata["wire"]
+        name = cls.__name__
+        for field, wire, kind, required in _specs(cls, short_names):
             raw = ext_fields.get(wire)
             if raw is None:
-                if f.default is attrs.NOTHING:
-                    raise HeaderFieldError(cls.__name__, wire, "missing")
+                if required:
+                    raise HeaderFieldError(name, wire, "missing")
                 continue
-            values[f.name] = _parse(cls.__name__, wire, f.metadata["kind"], raw)
+            # the usual case, text a frame decoder made: parsed here without the general path
+            if type(raw) is str:
+                if kind == KIND_TEXT:
+                    values[field] = raw
+                    continue
+                if kind == KIND_INT and raw.isascii() and raw.isdigit() and len(raw) < 19:
+                    values[field] = int(raw)
+                    continue
+            values[field] = _parse(name, wire, kind, raw)
         return cls(**values)
 
     def encode(self, *, short_names: bool = False) -> dict[str, str]:
@@ -76,6 +84,26 @@ class Header:
             else:
                 out[wire] = str(value)
         return out
+
+
+_SPECS: dict[tuple[type, bool], tuple[tuple[str, str, str, bool], ...]] = {}
+
+
+def _specs(cls: type, short_names: bool) -> tuple[tuple[str, str, str, bool], ...]:
+    """(field, wire name, kind, required) of a header class, worked out once per class."""
+    specs = _SPECS.get((cls, short_names))
+    if specs is None:
+        specs = tuple(
+            (
+                f.name,
+                f.metadata["v2"] if short_names and f.metadata["v2"] else f.metadata["wire"],
+                f.metadata["kind"],
+                f.default is attrs.NOTHING,
+            )
+            for f in attrs.fields(cls)
+        )
+        _SPECS[(cls, short_names)] = specs
+    return specs
 
 
 def _parse(header: str, wire: str, kind: str, raw: object) -> object:
