@@ -257,8 +257,8 @@ class Connection:
                 while True:
                     try:
                         batch.append(self._outbox_out.receive_nowait())
-                    except trio.WouldBlock:
-                        break
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break  # EndOfChannel: _end() closed the outbox; the loop ends next
                 await self._stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
         except TRANSPORT_ERRORS as err:
             log.debug("connection to %s broke while writing: %r", self.peer, err)

@@ -330,3 +330,29 @@ async def test_a_request_outliving_the_grace_is_cancelled(
         await client_stream.aclose()
         await server_side.wait_closed()
         assert trio.current_time() - closed_at == pytest.approx(5.0, abs=0.5)
+
+
+async def test_a_closing_peer_with_answers_queued_ends_the_writer_quietly(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A client that times out and closes while the server still owes it answers: the outbox
+    closes under a writer with frames queued, which used to crash the whole server with an
+    uncaught EndOfChannel (found with a paused name server in tests/cluster)."""
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    release = trio.Event()
+
+    async def held(request: RemotingCommand, connection: Connection) -> RemotingCommand:
+        await release.wait()
+        return request.response()
+
+    server_side = Connection(server_stream, held, peer="c")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server_side.run)
+        await client_stream.send_all(
+            b"".join(encode(RemotingCommand(11, opaque=i)) for i in range(3))
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()  # the answers go to the outbox while the peer's EOF arrives
+        await client_stream.aclose()
+        await server_side.wait_closed()
+    assert server_side.closed
