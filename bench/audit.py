@@ -235,6 +235,20 @@ def write_history(path: Path, entries: int) -> float:
     return time.perf_counter() - began
 
 
+def run_history(cache: Path, root: Path, entries: int, master: str) -> dict[str, Any]:
+    """The audit without and then with a history acknowledging every entry, back to back."""
+    history_path = cache / f"history-e{entries}.jsonl"
+    result: dict[str, Any] = {"write_s": round(write_history(history_path, entries), 1)}
+    result["bytes"] = history_path.stat().st_size
+    cat(root)  # the history's writing may have pushed the stores out of the page cache
+    result["audit_without"] = run_audit([root], master)
+    result["audit_with"] = run_audit([root], master, history_path)
+    result["audit_with_history_to_without"] = round(
+        result["audit_with"]["wall_s"] / result["audit_without"]["wall_s"], 2
+    )
+    return result
+
+
 def digest_costs(root: Path) -> dict[str, Any]:
     """Worker CPU per entry of the reader (read.chunk_facts, one task's 2^18 entries of one
     replica, process time, best of 3) with the SHA-256 of each body and without it (the
@@ -408,6 +422,12 @@ def main() -> None:
     parser.add_argument(
         "--no-history", action="store_true", help="skip the audit with a history (and writing it)"
     )
+    parser.add_argument(
+        "--history-only",
+        action="store_true",
+        help="only the audits without and with a history, and the digest costs "
+        "(bench/results/audit_history.json)",
+    )
     args = parser.parse_args()
     if args.one:
         audit_once(args.one, args.master, args.history_file)
@@ -437,6 +457,15 @@ def main() -> None:
     }
     result["jvm_archive"] = prepare_jvm_archive()
     print("jvm archive", result["jvm_archive"])
+    if args.history_only:
+        result["history"] = run_history(args.cache, main_root, entries, args.master)
+        print("history", result["history"])
+        result["digest"] = digest_costs(main_root)
+        print("digest", result["digest"])
+        out = Path(__file__).parent / "results" / "audit_history.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result))
+        return
     result["cat"] = cat(main_root)
     print("cat", result["cat"])
     result["audit"] = run_audit([main_root], args.master)
@@ -448,17 +477,7 @@ def main() -> None:
         result["audit_without_jvm_archive"] = run_audit([main_root], args.master)
     print("audit without the JVM class archive", result["audit_without_jvm_archive"])
     if not args.no_history:
-        history_path = args.cache / f"history-e{entries}.jsonl"
-        result["history"] = {"write_s": round(write_history(history_path, entries), 1)}
-        result["history"]["bytes"] = history_path.stat().st_size
-        cat(main_root)  # the history's writing may have pushed the stores out of the page cache
-        result["history"]["audit_without"] = run_audit([main_root], args.master)
-        result["history"]["audit_with"] = run_audit([main_root], args.master, history_path)
-        result["history"]["audit_with_history_to_without"] = round(
-            result["history"]["audit_with"]["wall_s"]
-            / result["history"]["audit_without"]["wall_s"],
-            2,
-        )
+        result["history"] = run_history(args.cache, main_root, entries, args.master)
         print("history", result["history"])
     result["digest"] = digest_costs(main_root)
     print("digest", result["digest"])

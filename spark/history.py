@@ -94,7 +94,8 @@ def read_acked(path: str) -> list[AckedAppend]:
         if len(line) > HISTORY_LINE_BYTES_MAX:
             raise InputUnreadable(path, f"line {number}: longer than {HISTORY_LINE_BYTES_MAX}")
         if OK_MARK not in line:  # an invocation, fail, info or nemesis record
-            if not (line.lstrip().startswith(b"{") and line.rstrip().endswith(b"}")):
+            braces = line.startswith(b"{") and line.endswith(b"}")  # without a copy, usually
+            if not braces and not (line.strip().startswith(b"{") and line.strip().endswith(b"}")):
                 raise InputUnreadable(path, f"line {number}: not JSON: not an object")
             continue
         try:
