@@ -17,6 +17,12 @@ main comparison and, for the memory comparison, group g1 again with small segmen
   cat        read every data and index file once with 1 MiB sequential reads
   memory     peak RSS of the executor (the local[2] JVM) and of the largest Python worker,
              auditing g1 with large and with small segments: flat means bounded tasks
+  history    the same audit with --history: a synthetic chaos history (an invoke and an ok
+             line per entry, the value its body) acknowledging every entry, and its ratio to
+             the audit without (audit_with_history_to_without)
+  digest     the reader's worker CPU per entry with and without the SHA-256 of each body
+             that agreement compares (one task of 2^18 entries, process time), and the
+             candidate digests per 1 KiB and per 40-byte body (docs/decisions.md)
 
 Writes bench/results/audit.json (audit_quick.json with --quick); prints the same JSON last.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -41,12 +48,13 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 from isal.isal_zlib import crc32  # the CRC the Spark reader uses too (equal to zlib.crc32)
 
 from dledger.log.config import StoreConfig
 from dledger.log.store import LogStore
 from dledger.raft.entries import data_batch
-from spark import job, jvm_archive, layout, session
+from spark import history, job, jvm_archive, layout, parse, read, session
 from spark.progress import Progress
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -159,14 +167,16 @@ def prepare_jvm_archive() -> dict[str, Any]:
     }
 
 
-def audit_once(stores: list[str], master: str) -> None:
-    """One audit in this process (`--one`), its outcome as JSON on stdout's last line."""
+def audit_once(stores: list[str], master: str, history_path: str | None) -> None:
+    """One audit in this process (`--one`), its outcome as JSON on stdout's last line. With a
+    history, read as dledger-audit reads it (in the timed process)."""
     replicas = layout.discover(stores)
+    acked = history.read_acked(history_path) if history_path else None
     spark = session.start(master)
     try:
         with Progress(spark.sparkContext) as progress:
             out = Path("/tmp") / f"dledger-audit-bench-out-{os.getpid()}"
-            outcome = job.run(spark, replicas, None, str(out), progress)
+            outcome = job.run(spark, replicas, acked, str(out), progress)
             shutil.rmtree(out, ignore_errors=True)
     finally:
         spark.stop()
@@ -174,14 +184,16 @@ def audit_once(stores: list[str], master: str) -> None:
                       "tasks": outcome.tasks}))  # fmt: skip
 
 
-def run_audit(stores: list[Path], master: str) -> dict[str, Any]:
+def run_audit(stores: list[Path], master: str, history_path: Path | None = None) -> dict[str, Any]:
     """An audit in a process of its own, as `dledger-audit` runs: PySpark keeps its JVM for the
     life of the Python process, so a second audit in one process would start warm."""
     ticks = cpu_ticks()
+    load = os.getloadavg()[0]
     began = time.perf_counter()
+    given = [] if history_path is None else ["--history-file", str(history_path)]
     with PeakRss() as rss:
         done = subprocess.run(
-            [sys.executable, "-m", "bench.audit", "--master", master, "--one",
+            [sys.executable, "-m", "bench.audit", "--master", master, *given, "--one",
              *map(str, stores)],
             stdout=subprocess.PIPE, text=True, check=True,
         )  # fmt: skip
@@ -197,6 +209,96 @@ def run_audit(stores: list[Path], master: str) -> dict[str, Any]:
         "peak_rss_python_worker_mb": round(rss.python_worker / 1e6),
         "jvm_archive": jvm_archive.use_options(session.JVM_OPTIONS) != "",
         "steal_percent": steal_percent(ticks, cpu_ticks()),
+        "loadavg_1min_before": round(load, 2),
+    }
+
+
+def write_history(path: Path, entries: int) -> float:
+    """A chaos history acknowledging every entry of the generated stores (an invoke and an ok
+    line each, values the bodies generate() wrote), unless the cache has it; returns seconds."""
+    began = time.perf_counter()
+    if path.exists():
+        return 0.0
+    partial = path.with_suffix(".partial")
+    with open(partial, "w") as f:
+        at_ns = 0
+        for group in GROUPS:
+            for i in range(1, entries + 1):
+                value = (f"{group}-{i:010d}-").ljust(BODY_BYTES, "x")
+                op = {"process": i % 4, "f": "append", "value": value, "group": group}
+                f.write(json.dumps({"type": "invoke", **op, "index": None, "time_ns": at_ns}))
+                f.write("\n")
+                f.write(json.dumps({"type": "ok", **op, "index": i, "time_ns": at_ns + 1}))
+                f.write("\n")
+                at_ns += 2
+    os.replace(partial, path)
+    return time.perf_counter() - began
+
+
+def run_history(cache: Path, root: Path, entries: int, master: str) -> dict[str, Any]:
+    """The audit without and then with a history acknowledging every entry, back to back."""
+    history_path = cache / f"history-e{entries}.jsonl"
+    result: dict[str, Any] = {"write_s": round(write_history(history_path, entries), 1)}
+    result["bytes"] = history_path.stat().st_size
+    cat(root)  # the history's writing may have pushed the stores out of the page cache
+    result["audit_without"] = run_audit([root], master)
+    result["audit_with"] = run_audit([root], master, history_path)
+    result["audit_with_history_to_without"] = round(
+        result["audit_with"]["wall_s"] / result["audit_without"]["wall_s"], 2
+    )
+    return result
+
+
+def digest_costs(root: Path) -> dict[str, Any]:
+    """Worker CPU per entry of the reader (read.chunk_facts, one task's 2^18 entries of one
+    replica, process time, best of 3) with the SHA-256 of each body and without it (the
+    digest step replaced by zeros: the reader as it was before agreement used digests); and
+    the candidates' cost per body, one call each as the reader makes them."""
+    replica = next(r for r in layout.discover([str(root / "g1")]) if r.name == "n0")
+    n = read.TASK_RECORDS_MAX
+
+    def reader_us() -> float:
+        best = float("inf")
+        for _ in range(3):
+            began = time.process_time()
+            with parse.Files(replica) as files:
+                for lo in range(1, n + 1, read.CHUNK_RECORDS_MAX):
+                    read.chunk_facts(replica, files, lo, lo + read.CHUNK_RECORDS_MAX)
+            best = min(best, time.process_time() - began)
+        return round(best / n * 1e6, 3)
+
+    with_digest = reader_us()
+    zeros = lambda window, starts, ends: np.zeros((len(starts), 32), np.uint8)  # noqa: E731
+    with mock.patch.object(parse, "_digests", zeros):
+        without_digest = reader_us()
+    candidates: dict[str, Any] = {
+        "sha256": lambda b: hashlib.sha256(b).digest(),
+        "blake2b_256": lambda b: hashlib.blake2b(b, digest_size=32).digest(),
+    }
+    try:
+        import blake3  # type: ignore[import-not-found]  # not a dependency: measured if present
+
+        candidates["blake3"] = lambda b: blake3.blake3(b).digest()
+    except ImportError:
+        pass
+    per_body: dict[str, dict[str, float]] = {}
+    for size in (40, BODY_BYTES):
+        data = memoryview(os.urandom(size * 20_000))
+        bodies = [data[i * size : (i + 1) * size] for i in range(20_000)]
+        per_body[f"{size}_bytes_us"] = {}
+        for name, fn in [("crc32", crc32), *candidates.items()]:
+            best = float("inf")
+            for _ in range(5):
+                began = time.process_time()
+                for body in bodies:
+                    fn(body)
+                best = min(best, (time.process_time() - began) / len(bodies))
+            per_body[f"{size}_bytes_us"][name] = round(best * 1e6, 3)
+    return {
+        "reader_us_per_entry_with_digest": with_digest,
+        "reader_us_per_entry_without_digest": without_digest,
+        "per_body": per_body,
+        "loadavg_1min": round(os.getloadavg()[0], 2),
     }
 
 
@@ -316,9 +418,19 @@ def main() -> None:
         help="then N more audit/reference pairs back to back, for a noisy host's spread",
     )  # fmt: skip
     parser.add_argument("--one", nargs="+", metavar="STORE", help=argparse.SUPPRESS)
+    parser.add_argument("--history-file", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-history", action="store_true", help="skip the audit with a history (and writing it)"
+    )
+    parser.add_argument(
+        "--history-only",
+        action="store_true",
+        help="only the audits without and with a history, and the digest costs "
+        "(bench/results/audit_history.json)",
+    )
     args = parser.parse_args()
     if args.one:
-        audit_once(args.one, args.master)
+        audit_once(args.one, args.master, args.history_file)
         return
     entries = args.entries or (20_000 if args.quick else 1_000_000)
     large, small = (1 * GiB, 64 * MiB) if not args.quick else (1 * GiB, 1 * MiB)
@@ -345,6 +457,15 @@ def main() -> None:
     }
     result["jvm_archive"] = prepare_jvm_archive()
     print("jvm archive", result["jvm_archive"])
+    if args.history_only:
+        result["history"] = run_history(args.cache, main_root, entries, args.master)
+        print("history", result["history"])
+        result["digest"] = digest_costs(main_root)
+        print("digest", result["digest"])
+        out = Path(__file__).parent / "results" / "audit_history.json"
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result))
+        return
     result["cat"] = cat(main_root)
     print("cat", result["cat"])
     result["audit"] = run_audit([main_root], args.master)
@@ -355,6 +476,11 @@ def main() -> None:
     ):
         result["audit_without_jvm_archive"] = run_audit([main_root], args.master)
     print("audit without the JVM class archive", result["audit_without_jvm_archive"])
+    if not args.no_history:
+        result["history"] = run_history(args.cache, main_root, entries, args.master)
+        print("history", result["history"])
+    result["digest"] = digest_costs(main_root)
+    print("digest", result["digest"])
     result["reference"] = reference_check(main_root)
     print("reference", result["reference"])
     result["memory"] = {

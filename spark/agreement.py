@@ -9,10 +9,12 @@ show up as a divergence.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark import checks
+from spark import checks, formats
 from spark.checks import ERROR, NOTE, finding
 
 # What replicas must agree on per index: the body's SHA-256, which the reader computes itself
@@ -297,33 +299,51 @@ def under_replicated(
 
 
 # --- chaos history ---------------------------------------------------------------------------
-def history_wanted(acked: DataFrame, entries: DataFrame, replicas: DataFrame) -> DataFrame:
-    """The committed entries whose bodies the history check compares: those at acknowledged
-    indexes (group, replica, index, file, position, size)."""
-    at = acked.where(F.col("index").isNotNull()).select("group", "index").distinct()
-    return (
-        committed(entries, replicas)
-        .join(F.broadcast(at), ["group", "index"])
-        .select("group", "replica", "index", "file", "position", "size")
-    )
+HELD_SCHEMA = (
+    "group string, index long, replica string, file string, position long, size long, "
+    "body_digest binary"
+)
 
 
-def missing_appends(acked: DataFrame, bodies: DataFrame, replicas: DataFrame) -> DataFrame:
-    """Acknowledged appends (history `ok` records: group, index, value, process, time_ns)
-    whose value is not the body of the committed entry at the acknowledged index."""
+def missing_appends(
+    acked: DataFrame,
+    entries: DataFrame | None,
+    replicas: DataFrame,
+    heads: Callable[[DataFrame], DataFrame] | None = None,
+) -> DataFrame:
+    """Acknowledged appends (job.ACKED_SCHEMA: group, index, value (escaped head), value_bytes,
+    digest, process, time_ns) whose value's SHA-256 is not the digest of any sound committed
+    body at the acknowledged index. The screen (spark/screen.py) has compared the appends in
+    plain chunks already; `acked` holds the others, and `entries` the detailed rows (None: no
+    rows). A finding names the replicas holding the index, the first one's file and position
+    and, through `heads` (read.body_heads bound to the session), the first bytes there."""
     groups = replicas.groupBy("group").agg(F.first("group_commit").alias("group_commit"))
-    expected = F.encode(F.col("value"), "UTF-8")
+    if entries is None:
+        held = acked.sparkSession.createDataFrame([], HELD_SCHEMA)
+    else:
+        held = committed(entries, replicas).select(
+            "group", "index", "replica", "file", "position", "size", "body_digest"
+        )
     compared = (
-        acked.join(bodies, ["group", "index"], "left")
-        .groupBy("group", "index", "value", "process", "time_ns")
+        acked.join(held, ["group", "index"], "left")
+        .groupBy("group", "index", "value", "value_bytes", "digest", "process", "time_ns")
         .agg(
-            F.max(F.coalesce(F.col("body") == expected, F.lit(False))).alias("found"),
-            F.count("body").alias("copies"),
-            F.first("body", ignorenulls=True).alias("body"),
+            F.max(F.coalesce(F.col("body_digest") == F.col("digest"), F.lit(False))).alias("found"),
+            F.count("body_digest").alias("copies"),
+            F.array_sort(F.collect_list("replica")).alias("holders"),
+            F.min(F.struct("replica", "file", "position", "size")).alias("at"),
         )
         .join(groups, "group", "left")
     )
     missing = compared.where(~F.col("found") & F.col("index").isNotNull())
+    there = F.lit("")
+    if heads is not None:
+        wanted = missing.where(F.col("copies") > 0).select(
+            "group", "index", "at.replica", "at.file", "at.position", "at.size"
+        )
+        shown = heads(wanted).select("group", "index", F.col("head"))
+        missing = missing.join(shown, ["group", "index"], "left")
+        there = F.coalesce(F.concat(F.lit(" "), F.col("head")), F.lit(""))
     why = (
         F.when(F.col("group_commit").isNull(), F.lit("no replica of this group was audited"))
         .when(
@@ -333,20 +353,34 @@ def missing_appends(acked: DataFrame, bodies: DataFrame, replicas: DataFrame) ->
         .when(F.col("copies") == 0, F.lit("no replica holds a sound committed entry there"))
         .otherwise(
             F.format_string(
-                "the committed entry there has another body (%d bytes)", F.length("body")
+                "%s hold another body there:%s (%d bytes) in %s at position %d",
+                F.array_join("holders", ", "),
+                there,
+                F.col("at.size") - F.lit(formats.ENTRY_HEADER_BYTES),
+                F.col("at.file"),
+                F.col("at.position"),
             )
         )
     )
     detail = F.format_string(
-        "acknowledged append %s (process %s, time_ns %d) at index %d: %s",
-        F.format_string("%s", F.to_json(F.struct("value"))),
+        "acknowledged append %s (%d bytes; process %s, time_ns %d) at index %d: %s",
+        F.col("value"),
+        F.col("value_bytes"),
         F.col("process"),
         F.col("time_ns"),
         F.col("index"),
         why,
     )
     unchecked = acked.where(F.col("index").isNull())
-    return finding(missing, "missing_append", ERROR, detail).unionByName(
+    return finding(
+        missing,
+        "missing_append",
+        ERROR,
+        detail,
+        replica=F.col("at.replica"),
+        file=F.col("at.file"),
+        position=F.col("at.position"),
+    ).unionByName(
         finding(
             unchecked,
             "unchecked_append",

@@ -78,6 +78,53 @@ def union(findings: Sequence[DataFrame]) -> DataFrame:
     return reduce(DataFrame.unionByName, findings)
 
 
+REPORTED_SCHEMA = FINDING_SCHEMA + ", last_index long, count long"  # what merge_runs returns
+
+
+def merge_runs(findings: DataFrame) -> DataFrame:
+    """Findings of one kind on one replica at consecutive indexes as one finding: `index` and
+    `last_index` the range, `count` how many it stands for (so counts stay exact), file,
+    position and detail those of the first, the range said in the detail. A deleted segment
+    is then one finding per replica and kind, not one per entry. Findings without an index
+    stay as they are (count 1)."""
+    by_run = Window.partitionBy("kind", "severity", "group", "replica").orderBy("index")
+    indexed = findings.where(F.col("index").isNotNull()).withColumn(
+        "run", F.col("index") - F.dense_rank().over(by_run)
+    )
+    runs = indexed.groupBy("kind", "severity", "group", "replica", "run").agg(
+        F.min(F.struct("index", "position", "file", "detail")).alias("first"),
+        F.max("index").alias("last_index"),
+        F.count("*").alias("count"),
+    )
+    detail = F.when(F.col("count") == 1, F.col("first.detail")).otherwise(
+        F.format_string(
+            "%s [%d findings, indexes %d..%d]",
+            F.col("first.detail"),
+            F.col("count"),
+            F.col("first.index"),
+            F.col("last_index"),
+        )
+    )
+    merged = runs.select(
+        "kind",
+        "severity",
+        "group",
+        "replica",
+        F.col("first.index").alias("index"),
+        F.col("first.file").alias("file"),
+        F.col("first.position").alias("position"),
+        detail.alias("detail"),
+        F.when(F.col("count") > 1, F.col("last_index")).alias("last_index"),
+        "count",
+    )
+    alone = findings.where(F.col("index").isNull()).select(
+        *FINDING_COLUMNS,
+        F.lit(None).cast("long").alias("last_index"),
+        F.lit(1).cast("long").alias("count"),
+    )
+    return merged.unionByName(alone)
+
+
 # --- what a row is ----------------------------------------------------------------------------
 def is_good() -> Column:
     """An entry that is what its slot says: a sound header and body, the slot's index, found
@@ -208,8 +255,27 @@ def malformed_rule() -> RowRule:
     position in the header, kind, body CRC. (A bad header where the record points but the data
     does not is the index's fault: see index_mismatch_rule.)"""
     no_header = F.col("defect").isNotNull() | ~F.col("header_ok")
+    # a data file cut short (a follower killed mid-write, a torn copy): its last entry is cut,
+    # and every record after it points past the end; said so, not as bad CRCs and magics
+    at = F.col("rec_position") % F.col("segment_bytes")
+    claimed = F.greatest(F.col("rec_size"), F.lit(formats.ENTRY_HEADER_BYTES))
     reason = (
         F.when(F.col("defect").isNotNull(), F.col("defect"))
+        .when(
+            (at < F.col("file_bytes")) & (at + claimed > F.col("file_bytes")),
+            F.format_string(
+                "%s ends at byte %d, inside this entry (bytes %d..%d of it): it and every "
+                "entry after it in the file are unreadable",
+                F.col("file"),
+                F.col("file_bytes"),
+                at,
+                at + claimed - 1,
+            ),
+        )
+        .when(
+            at >= F.col("file_bytes"),
+            F.format_string("past the end of %s (%d bytes)", F.col("file"), F.col("file_bytes")),
+        )
         .when(
             F.col("magic") != formats.ENTRY_MAGIC,
             F.format_string("magic 0x%08X is not an entry's", F.col("magic")),

@@ -10,17 +10,20 @@ list is written by Spark as JSON lines under the output directory.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from spark import agreement, checks, frames, layout, read, screen, workers
+from spark import history as history_
 from spark.history import AckedAppend
 from spark.layout import Replica
 from spark.progress import Progress
@@ -53,10 +56,12 @@ def _summarise(
 
     found.sort(key=lambda f: key(f, ("kind", "group", "replica", "index", "position", "detail")))
     tally: dict[tuple[str, str], int] = {}
+    shown: dict[str, int] = {}
     examples: list[dict[str, Any]] = []
     for f in found:
-        n = tally[(f["kind"], f["severity"])] = tally.get((f["kind"], f["severity"]), 0) + 1
-        if n <= EXAMPLES_MAX:
+        tally[(f["kind"], f["severity"])] = tally.get((f["kind"], f["severity"]), 0) + f["count"]
+        shown[f["kind"]] = shown.get(f["kind"], 0) + 1
+        if shown[f["kind"]] <= EXAMPLES_MAX:
             examples.append(f)
     counts = [{"kind": k, "severity": v, "count": n} for (k, v), n in sorted(tally.items())]
     fs, path = layout.filesystem(posixpath.join(out_dir, "findings"))
@@ -117,14 +122,17 @@ REPLICA_SCHEMA = (
     "group string, replica string, segment_bytes long, start_index long, start_prev_term long, "
     "start_position long, commit_index long, group_size long, quorum long, group_commit long"
 )
-ACKED_SCHEMA = "group string, index long, value string, process string, time_ns long"
+ACKED_SCHEMA = (  # history.AckedAppend, for the appends the screen did not compare
+    "group string, index long, value string, process string, time_ns long, digest binary, "
+    "value_bytes long"
+)
 
 
 def all_findings(
     entries: DataFrame,
     replicas: DataFrame,
     history: DataFrame | None,
-    bodies: DataFrame | None,
+    heads: Callable[[DataFrame], DataFrame] | None,
     *,
     spans: DataFrame | None = None,
     summary: DataFrame | None = None,
@@ -153,9 +161,59 @@ def all_findings(
             checks.unindexed_data(entries, spans),
             agreement.divergent_entries(entries, replicas, summary, bucket_bits),
         ]
-    if history is not None and bodies is not None:
-        found.append(agreement.missing_appends(history, bodies, replicas))
+    if history is not None:
+        found.append(agreement.missing_appends(history, facts_from, replicas, heads))
     return checks.union(found)
+
+
+def _add_sound(
+    spans: list[dict[str, Any]],
+    screened: screen.Screened | None,
+    ranges: Mapping[tuple[str, str], Sequence[tuple[int, int]]] | None,
+    entries: DataFrame | None,
+) -> None:
+    """Give each span the entries read and sound (checks.good) and the last of them, beside
+    what the index files claim (`entries`, `last_index`): a cut tail shows as the difference.
+    Plain chunks are sound throughout; detailed rows are counted by one small Spark job."""
+    sound: dict[tuple[str, str], list[int]] = {}  # entries, first, last
+    for c in screened.chunks if screened is not None else ():
+        detailed = any(
+            lo <= c.lo and c.hi <= hi for lo, hi in (ranges or {}).get((c.group, c.replica), ())
+        )  # a plain chunk of a group with a gap is read in detail too: counted there
+        if c.plain and not detailed and c.first_index is not None and c.last_index is not None:
+            got = sound.setdefault((c.group, c.replica), [0, c.first_index, 0])
+            got[0] += c.rows
+            got[1], got[2] = min(got[1], c.first_index), max(got[2], c.last_index)
+    if entries is not None:
+        rows = (
+            checks.good(entries)
+            .groupBy("group", "replica")
+            .agg(F.count("*").alias("n"), F.min("index").alias("lo"), F.max("index").alias("hi"))
+            .collect()
+        )
+        for row in rows:
+            got = sound.setdefault((row["group"], row["replica"]), [0, int(row["lo"]), 0])
+            got[0] += int(row["n"])
+            got[1], got[2] = min(got[1], int(row["lo"])), max(got[2], int(row["hi"]))
+    for span in spans:
+        n, first, last = sound.get((span["group"], span["replica"]), [0, 0, 0])
+        span["sound_entries"] = n
+        span["sound_first_index"], span["sound_last_index"] = (first, last) if n else (None, None)
+
+
+def screened_out(screened: screen.Screened, acked: Sequence[AckedAppend]) -> list[AckedAppend]:
+    """The acknowledged appends the screen did not compare: without an index, or at an index
+    outside the chunks it found plain (those matched the committed body's digest)."""
+    out = [a for a in acked if a.index is None]
+    by_group: dict[str, list[AckedAppend]] = {}
+    for a in acked:
+        if a.index is not None:
+            by_group.setdefault(a.group, []).append(a)
+    for group, appends in by_group.items():
+        indexes = np.array([a.index for a in appends], dtype=np.int64)
+        plain = screened.in_plain_chunks(group, indexes)
+        out += [a for a, p in zip(appends, plain.tolist(), strict=True) if not p]
+    return out
 
 
 def run(
@@ -169,9 +227,10 @@ def run(
 ) -> Outcome:
     """The audit. First a screening pass (spark/screen.py) over chunks of 2^chunk_bits indexes
     finds the plainly healthy ones; only the others are read into the entries DataFrame the
-    checks run on. With a history (its check compares the bodies of acknowledged entries,
-    wherever they are), after a screening error, or with chunk_bits None, every entry is read
-    in detail."""
+    checks run on. With a history, the screen also compares each acknowledged value's SHA-256
+    with the digest of the committed body at its index, and only the appends of chunks that
+    are not plain reach the Spark check. After a screening error, or with chunk_bits None,
+    every entry is read in detail and every append checked in Spark."""
     warm_up = workers.start(spark)  # while the driver plans the first query
     try:
         return _run(spark, replicas, acked, out_dir, progress, chunk_bits)
@@ -188,10 +247,17 @@ def _run(
     chunk_bits: int | None,
 ) -> Outcome:
     screened, screen_tasks = None, 0
-    if chunk_bits is not None and acked is None:
+    # an acknowledgement is a commit: the screen judges up to the raised commit (replica_rows)
+    commits = {row[0]: row[-1] for row in replica_rows(replicas, acked)}
+    if chunk_bits is not None:
         screen_tasks = len(screen.plan(replicas, chunk_bits))
         progress.step(f"screening {len(replicas)} replicas in {screen_tasks} tasks")
-        screened = screen.Screened.collect(spark, replicas, chunk_bits)
+        digests = None
+        if acked is not None:  # read once per Python worker, not shipped with every task
+            digests = spark.sparkContext.broadcast(history_.digests_by_group(acked))
+        screened = screen.Screened.collect(spark, replicas, chunk_bits, commits, digests)
+        if digests is not None:
+            digests.unpersist()
         if screened.failed is not None:
             progress.step(f"screening stopped ({screened.failed}): reading every entry")
             screened, screen_tasks = None, 0
@@ -209,10 +275,12 @@ def _run(
         span_rows = list(screened.spans())
     spans_df = frames.local(spark, span_rows, screen.SPANS_SCHEMA)
     spans = [dict(zip(spans_df.columns, row, strict=True)) for row in span_rows]
+    _add_sound(spans, screened, ranges, entries if detail_tasks else None)
     held = max_per_group(
         (s["group"], int(s["last_index"])) for s in spans if s["last_index"] is not None
     )
-    replicas_df = frames.local(spark, replica_rows(replicas, acked, held), REPLICA_SCHEMA)
+    replica_facts = replica_rows(replicas, acked, held)
+    replicas_df = frames.local(spark, replica_facts, REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
     # the small facts several checks start from, computed once and handed to them as data
@@ -221,24 +289,27 @@ def _run(
         summary = agreement.bucket_summary(entries, replicas_df, bucket_bits)
         summary_rows = [tuple(row) for row in summary.collect()]
     if screened is not None:
-        summary_rows += screened.plain_summary(replicas)
+        summary_rows += screened.plain_summary(replicas, {r[0]: r[-1] for r in replica_facts})
     summary_df = frames.local(spark, summary_rows, screen.SUMMARY_SCHEMA)
-    history = bodies = None
+    history = None
     if acked is not None:
-        acked_rows = [(a.group, a.index, a.value, a.process, a.time_ns) for a in acked]
-        history = frames.local(spark, acked_rows, ACKED_SCHEMA)
-        wanted = agreement.history_wanted(history, entries, replicas_df)
-        bodies = read.bodies(spark, replicas, wanted)
+        unscreened = acked if screened is None else screened_out(screened, acked)
+        progress.step(
+            f"{len(acked) - len(unscreened)} of {len(acked)} acknowledged appends matched "
+            "in plain chunks"
+        )
+        history = frames.local(spark, [attrs.astuple(a) for a in unscreened], ACKED_SCHEMA)
     findings = all_findings(
         entries,
         replicas_df,
         history,
-        bodies,
+        functools.partial(read.body_heads, spark, replicas),
         spans=spans_df,
         summary=summary_df,
         bucket_bits=bucket_bits,
         rows=detail_tasks > 0,
     )
+    findings = checks.merge_runs(findings)
     # one action: a store with few findings (the usual case) has them all on the driver at once
     few = findings.limit(FINDINGS_COLLECT_MAX + 1).collect()
     if len(few) <= FINDINGS_COLLECT_MAX:
@@ -250,7 +321,10 @@ def _run(
     findings = findings.coalesce(spark.sparkContext.defaultParallelism).persist()
     counts = [
         row.asDict()
-        for row in findings.groupBy("kind", "severity").count().orderBy("kind").collect()
+        for row in findings.groupBy("kind", "severity")
+        .agg(F.sum("count").alias("count"))
+        .orderBy("kind")
+        .collect()
     ]
     progress.step(f"{sum(c['count'] for c in counts)} findings; writing them")
     order = Window.partitionBy("kind").orderBy("group", "replica", "index", "position", "detail")

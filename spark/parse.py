@@ -35,6 +35,7 @@ class Entries:
     defect: list[str | None]
     io_error: list[str | None]
     no_header: np.ndarray  # bool: nothing could be read there (defect or io_error)
+    file_bytes: np.ndarray  # the length of the data file holding each position (0: missing)
     magic: np.ndarray
     size: np.ndarray
     index: np.ndarray
@@ -57,6 +58,7 @@ class Entries:
             defect=[None] * n,
             io_error=[None] * n,
             no_header=np.ones(n, dtype=bool),
+            file_bytes=zeros.copy(),
             magic=zeros.copy(),
             size=zeros.copy(),
             index=zeros.copy(),
@@ -93,6 +95,10 @@ class Files:
 
     def exists(self, name: str) -> bool:
         return name in self._sizes
+
+    def size(self, name: str) -> int:
+        """The file's length as listed when the audit began; 0 when it does not exist."""
+        return self._sizes.get(name, 0)
 
     def read(self, name: str, at: int, length: int) -> np.ndarray:
         """`length` bytes of file `name` from `at`, zeros past its end. Raises OSError."""
@@ -141,6 +147,7 @@ def read_entries(
     names = ["data/" + formats.file_name(int(s)) for s in segments]
     out.file_names, out.file_of = names, seg_of
     present = np.array([files.exists(name) for name in names], dtype=bool)[seg_of]
+    out.file_bytes = np.array([files.size(name) for name in names], dtype=np.int64)[seg_of]
     readable = pos >= 0
     for i in np.flatnonzero(~readable):
         out.defect[i] = f"negative position {pos[i]}"

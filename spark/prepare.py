@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyspark import SparkContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from spark import agreement, checks, frames, job, read, session
@@ -66,10 +67,14 @@ def exercise(spark: SparkSession) -> None:
     )
     spans = checks.replica_spans(entries)
     summary = agreement.bucket_summary(entries, replicas, 2)
-    history = frames.local(spark, [("g", 3, "v", "p", 1), ("g", 9, "w", "p", 2)], job.ACKED_SCHEMA)
-    bodies = frames.local(spark, [("g", 3, "a", b"v")], from_arrow_schema(read.BODY_SCHEMA))
+    acked = [("g", 3, "b'v'", "p", 1, bytes(32), 1), ("g", 9, "b'w'", "p", 2, bytes(32), 1)]
+    history = frames.local(spark, acked, job.ACKED_SCHEMA)
+
+    def heads(wanted: DataFrame) -> DataFrame:  # read.body_heads without files to read
+        return wanted.select("group", "index", "replica", F.lit("b'v'").alias("head"))
+
     for found in (
-        job.all_findings(entries, replicas, history, bodies, spans=spans, summary=summary),
+        job.all_findings(entries, replicas, history, heads, spans=spans, summary=summary),
         job.all_findings(
             entries.limit(0), replicas, None, None, spans=spans, summary=summary, rows=False
         ),

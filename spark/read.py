@@ -30,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from spark import formats, frames, layout, parse
+from spark import formats, frames, history, layout, parse
 
 TASK_RECORDS_MAX = 1 << 18  # slots per Spark task: ~256 MiB of 1 KiB entries, 8 MiB of index
 CHUNK_RECORDS_MAX = 1 << 14  # slots parsed at once in a task: bounds the arrays of one batch
@@ -52,6 +52,7 @@ ENTRY_SCHEMA = pa.schema(
         ("rec_size", pa.int64()),
         ("rec_kind", pa.int32()),
         ("file", pa.string()),  # the segment rec_position falls in, e.g. "data/000...0"
+        ("file_bytes", pa.int64()),  # that file's length (0: missing); a cut one is shorter
         ("position", pa.int64()),  # where the header was read: rec_position
         ("defect", pa.string()),  # null, or why no header could be read there
         ("io_error", pa.string()),  # null, or the OS error reading the file (input unreadable)
@@ -191,6 +192,7 @@ def entry_batch(replica: layout.Replica, facts: ChunkFacts) -> pa.RecordBatch:
         "rec_size": pa.array(records["size"].astype(np.int64)),
         "rec_kind": pa.array(records["kind"].astype(np.int32)),
         "file": _strings(data.file_names, data.file_of),
+        "file_bytes": pa.array(data.file_bytes),
         "position": pa.array(records["position"].astype(np.int64)),
         "defect": _optional_strings(data.defect),
         "io_error": _optional_strings(data.io_error),
@@ -260,49 +262,50 @@ def entries(
     return frames.map_tasks(spark, tasks, TASK_SCHEMA, body, ENTRY_SCHEMA)
 
 
-BODY_SCHEMA = pa.schema(
-    [("group", pa.string()), ("index", pa.int64()), ("replica", pa.string()), ("body", pa.binary())]
+HEAD_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("index", pa.int64()),
+        ("replica", pa.string()),
+        ("head", pa.string()),  # the body's first bytes, escaped (history.escaped_head)
+    ]
 )
-BODY_BATCH_BYTES_MAX = 16 * formats.MiB  # bodies returned per Arrow batch, plus one entry
 
 
-def bodies(spark: SparkSession, replicas: Sequence[layout.Replica], wanted: DataFrame) -> DataFrame:
-    """The body bytes of the entries named by `wanted` (group, replica, index, file, position,
-    size), for comparisons that need the bytes themselves (acknowledged appends)."""
+def body_heads(
+    spark: SparkSession, replicas: Sequence[layout.Replica], wanted: DataFrame
+) -> DataFrame:
+    """The first bytes of the bodies named by `wanted` (group, replica, index, file, position,
+    size), escaped, for findings that show what a log holds (a missing acknowledged append).
+    One read per entry: only for the few entries a finding names."""
     by_name = {r.key: r for r in replicas}
     columns = wanted.select("group", "replica", "index", "file", "position", "size")
     return columns.mapInArrow(
-        functools.partial(read_bodies, by_name), from_arrow_schema(BODY_SCHEMA)
+        functools.partial(read_heads, by_name), from_arrow_schema(HEAD_SCHEMA)
     )
 
 
-def read_bodies(
+def read_heads(
     replicas: dict[tuple[str, str], layout.Replica], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body of bodies(): one read per entry, batches bounded in bytes."""
-    rows: list[dict[str, object]] = []
-    held = 0
+    """mapInArrow body of body_heads()."""
     for batch in batches:
+        rows = []
         for row in batch.to_pylist():
             replica = replicas[(row["group"], row["replica"])]
+            body_bytes = row["size"] - formats.ENTRY_HEADER_BYTES
             with parse.Files(replica) as files:
                 segment_at = row["position"] - replica.segment_of(row["position"])
-                body = files.read(
+                head = files.read(
                     row["file"],
                     segment_at + formats.ENTRY_HEADER_BYTES,
-                    row["size"] - formats.ENTRY_HEADER_BYTES,
+                    min(body_bytes, history.HEAD_BYTES + 1),
                 ).tobytes()
+            shown = history.escaped_head(head[: history.HEAD_BYTES])
+            if body_bytes > history.HEAD_BYTES:
+                shown += "..."
             rows.append(
-                {
-                    "group": row["group"],
-                    "index": row["index"],
-                    "replica": row["replica"],
-                    "body": body,
-                }
-            )
-            held += len(body)
-            if held >= BODY_BATCH_BYTES_MAX:
-                yield pa.RecordBatch.from_pylist(rows, schema=BODY_SCHEMA)
-                rows, held = [], 0
-    if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=BODY_SCHEMA)
+                {"group": row["group"], "index": row["index"], "replica": row["replica"],
+                 "head": shown}
+            )  # fmt: skip
+        yield pa.RecordBatch.from_pylist(rows, schema=HEAD_SCHEMA)

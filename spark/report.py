@@ -56,7 +56,19 @@ def build(
         findings[c["kind"]] = {"severity": c["severity"], "count": c["count"], "examples": []}
     for e in outcome.examples:
         findings[e["kind"]]["examples"].append(
-            {k: e[k] for k in ("group", "replica", "index", "file", "position", "detail")}
+            {
+                k: e.get(k)
+                for k in (
+                    "group",
+                    "replica",
+                    "index",
+                    "last_index",
+                    "count",
+                    "file",
+                    "position",
+                    "detail",
+                )
+            }
         )
     return {
         "verdict": VERDICTS[code],
@@ -77,6 +89,9 @@ def build(
                 "first_index": spans.get((r.group, r.name), {}).get("first_index"),
                 "last_index": spans.get((r.group, r.name), {}).get("last_index"),
                 "bytes": int(spans.get((r.group, r.name), {}).get("bytes") or 0),
+                "sound_entries": int(spans.get((r.group, r.name), {}).get("sound_entries") or 0),
+                "sound_first_index": spans.get((r.group, r.name), {}).get("sound_first_index"),
+                "sound_last_index": spans.get((r.group, r.name), {}).get("sound_last_index"),
                 "start_index": r.start_index,
                 "commit_index": r.commit_index,
                 "applied_index": r.applied_index,
@@ -102,23 +117,41 @@ def summary(report: dict[str, Any]) -> str:
             f"{', '.join(g['replicas'])} (quorum {g['quorum']})"
         )
     for r in report["replicas"]:
-        lines.append(
-            f"    {r['group']}/{r['replica']}: {r['entries']} entries "
-            f"{r['first_index']}..{r['last_index']}, commit {r['commit_index']}"
-        )
+        lines.append(f"    {r['group']}/{r['replica']}: {replica_line(r)}")
     for kind, f in report["findings"].items():
         lines.append(f"  {f['severity']:<10} {kind}: {f['count']}")
         for e in f["examples"][:3]:
-            lines.append(
-                f"      {e['group']}/{e['replica']} index {e['index']} {e['file']} "
-                f"position {e['position']}: {e['detail']}"
+            at = (
+                f"index {e['index']}"
+                if e.get("last_index") is None
+                else (f"indexes {e['index']}..{e['last_index']}")
             )
+            where = "" if e["file"] is None else f" {e['file']} position {e['position']}"
+            lines.append(f"      {e['group']}/{e['replica']} {at}{where}: {e['detail']}")
     if report["history"] is not None:
         lines.append(
             f"  history {report['history']['file']}: "
             f"{report['history']['acknowledged']} acknowledged appends"
         )
     return "\n".join(lines)
+
+
+def replica_line(r: dict[str, Any]) -> str:
+    """What was read and sound on a replica, and what its index files claim when that differs
+    (a cut or corrupt tail): "1412019 sound entries 1..1412019 (index files claim 1412039
+    entries 1..1412039), commit 1412039"."""
+    sound = r.get("sound_entries", r["entries"])
+    first = r.get("sound_first_index", r["first_index"])
+    last = r.get("sound_last_index", r["last_index"])
+    read = f"{sound} sound entries"
+    if sound:
+        read += f" {first}..{last}"
+    if (sound, first, last) != (r["entries"], r["first_index"], r["last_index"]):
+        claim = f"{r['entries']} entries"
+        if r["entries"]:
+            claim += f" {r['first_index']}..{r['last_index']}"
+        read += f" (index files claim {claim})"
+    return f"{read}, commit {r['commit_index']}"
 
 
 def chart_png(report: dict[str, Any]) -> bytes:

@@ -36,9 +36,11 @@ from collections.abc import Iterator, Sequence
 import attrs
 import numpy as np
 import pyarrow as pa
+from pyspark import Broadcast
 from pyspark.sql import DataFrame, SparkSession
 
 from spark import formats, frames, layout, parse, read
+from spark.history import AckedDigests
 
 CHUNK_BITS_DEFAULT = 12  # 4096 indexes: agreement.BUCKET_BITS, and ~4 MiB of 1 KiB entries
 TASK_CHUNKS_MAX = 32  # chunks per screening task (of all replicas of a group)
@@ -108,7 +110,7 @@ class Held:
 
 def group_commit(members: Sequence[layout.Replica]) -> int:
     """A group's commit index as the screen sees it: the highest its replicas' checkpoints
-    record (the job screens only without a history, whose acknowledgements could raise it)."""
+    record (a history's acknowledgements raise it: job.py passes the raised ones in)."""
     return max(r.commit_index for r in members)
 
 
@@ -214,15 +216,19 @@ def judge_group(
     hi: int,
     bucket_end: int,
     group_commit: int,
+    acks: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> bool:
     """The chunk [lo, hi), all of the bucket ending at `bucket_end` that the group's logs
     reach, is plain: every replica's part is (judge_replica), the holders of each index agree
-    on it, and a quorum of the replicas hold or have retained away every index of it up to
-    the group commit (agreement.under_replicated's per-bucket test, which must pass here)."""
+    on it, a quorum of the replicas hold or have retained away every index of it up to the
+    group commit (agreement.under_replicated's per-bucket test, which must pass here), and
+    every acknowledged append of the chunk (`acks`: indexes, SHA-256 of the values) has its
+    value's digest as the digest of the body its holders hold (agreement.missing_appends)."""
     if not all(h.shape_ok for h in helds):
         return False
+    acked = acks is not None and len(acks[0]) > 0
     if all(h.first_index is None for h in helds):
-        return True  # no entry anywhere: nothing for a check to see, in either pass
+        return not acked  # no entry anywhere: nothing for a check to see, in either pass
     width = hi - lo
     seen = np.zeros(width, dtype=bool)  # a holder's values are in `reference`
     reference = np.zeros((2, width), dtype=np.int64)  # term, size per index
@@ -239,6 +245,10 @@ def judge_group(
         if (reference[:, span] != values).any() or (digests[span] != held.digest).any():
             return False
         seen[span] = True
+    if acks is not None and acked:
+        where = acks[0] - lo
+        if not (seen[where].all() and (digests[where] == acks[1]).all()):
+            return False
     b_lo, b_hi = lo, min(group_commit, bucket_end)
     if b_hi < b_lo:
         return True  # nothing committed here: no quorum to hold
@@ -255,18 +265,25 @@ def judge_group(
 def screen_tasks(
     replicas: dict[str, list[layout.Replica]],
     chunk_bits: int,
+    commits: dict[str, int],
+    acked: Broadcast[AckedDigests] | None,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: CHUNK_SCHEMA rows for every chunk of every task row."""
     for batch in batches:
         for task in batch.to_pylist():
             members = replicas[task["group"]]
-            commit = group_commit(members)
+            commit = commits[task["group"]]
+            group_acks = None if acked is None else acked.value.get(task["group"])
             with contextlib.ExitStack() as stack:
                 files = [stack.enter_context(parse.Files(r)) for r in members]
                 rows = []
                 for lo, hi, bucket_end in chunk_ranges(task["lo"], task["hi"], chunk_bits):
-                    rows.extend(screen_chunk(members, files, lo, hi, bucket_end, commit))
+                    acks = None
+                    if group_acks is not None:
+                        a, b = np.searchsorted(group_acks[0], [lo, hi])
+                        acks = (group_acks[0][a:b], group_acks[1][a:b])
+                    rows.extend(screen_chunk(members, files, lo, hi, bucket_end, commit, acks))
             yield pa.RecordBatch.from_pylist(rows, schema=CHUNK_SCHEMA)
 
 
@@ -277,6 +294,7 @@ def screen_chunk(
     hi: int,
     bucket_end: int,
     group_commit: int,
+    acks: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[dict[str, object]]:
     """CHUNK_SCHEMA rows of one chunk [lo, hi) (judge_group): one per replica of the group."""
     try:
@@ -290,7 +308,7 @@ def screen_chunk(
             facts = read.chunk_facts(replica, f, first, end)
             next_written = bool(f.index_records(hi, hi + 1)["size"][0] != 0)
             helds.append(judge_replica(replica, facts, hi, next_written))
-        plain = judge_group(members, helds, lo, hi, bucket_end, group_commit)
+        plain = judge_group(members, helds, lo, hi, bucket_end, group_commit, acks)
         error = None
     except OSError as err:
         helds = [Held.nothing(False) for _ in members]
@@ -312,13 +330,28 @@ def screen_chunk(
     ]
 
 
-def chunks(spark: SparkSession, replicas: Sequence[layout.Replica], chunk_bits: int) -> DataFrame:
-    """CHUNK_SCHEMA: one row per (chunk, replica) of every group, from one pass over the data."""
+def group_commits(replicas: Sequence[layout.Replica]) -> dict[str, int]:
+    """group -> group_commit of its replicas."""
+    groups = {r.group for r in replicas}
+    return {g: group_commit([r for r in replicas if r.group == g]) for g in groups}
+
+
+def chunks(
+    spark: SparkSession,
+    replicas: Sequence[layout.Replica],
+    chunk_bits: int,
+    commits: dict[str, int] | None = None,
+    acked: Broadcast[AckedDigests] | None = None,
+) -> DataFrame:
+    """CHUNK_SCHEMA: one row per (chunk, replica) of every group, from one pass over the data.
+    `commits` (group -> commit index) default to the checkpoints' (group_commit); a history
+    raises them, and its acknowledged digests (`acked`) are then compared chunk by chunk."""
     tasks = [attrs.astuple(task) for task in plan(replicas, chunk_bits)]
     by_group: dict[str, list[layout.Replica]] = {}
     for r in replicas:
         by_group.setdefault(r.group, []).append(r)
-    body = functools.partial(screen_tasks, by_group, chunk_bits)
+    commits = group_commits(replicas) if commits is None else commits
+    body = functools.partial(screen_tasks, by_group, chunk_bits, commits, acked)
     return frames.map_tasks(spark, tasks, TASK_SCHEMA, body, CHUNK_SCHEMA)
 
 
@@ -355,9 +388,14 @@ class Screened:
 
     @classmethod
     def collect(
-        cls, spark: SparkSession, replicas: Sequence[layout.Replica], chunk_bits: int
+        cls,
+        spark: SparkSession,
+        replicas: Sequence[layout.Replica],
+        chunk_bits: int,
+        commits: dict[str, int] | None = None,
+        acked: Broadcast[AckedDigests] | None = None,
     ) -> Screened:
-        rows = chunks(spark, replicas, chunk_bits).collect()
+        rows = chunks(spark, replicas, chunk_bits, commits, acked).collect()
         return cls([ChunkRow(**row.asDict()) for row in rows], chunk_bits)
 
     @property
@@ -407,16 +445,13 @@ class Screened:
         return {r.key: merged[r.group] for r in replicas if r.group in merged}
 
     def plain_summary(
-        self, replicas: Sequence[layout.Replica]
+        self, replicas: Sequence[layout.Replica], commits: dict[str, int] | None = None
     ) -> list[tuple[str, int, str, int, str]]:
         """SUMMARY_SCHEMA rows, with buckets of 2^chunk_bits indexes, of the plain chunks (a
         chunk is all of its bucket the logs reach): each replica's committed entries there are
         the slots first_index..last_index up to the group commit, and all holders hold the
         same entries, so one digest ("plain") stands for all."""
-        commits = {
-            g: group_commit([r for r in replicas if r.group == g])
-            for g in {r.group for r in replicas}
-        }
+        commits = group_commits(replicas) if commits is None else commits
         rows = []
         for c in self.chunks:
             if not c.plain or c.first_index is None or c.last_index is None:
@@ -425,3 +460,14 @@ class Screened:
             if n > 0:
                 rows.append((c.group, c.lo >> self.chunk_bits, c.replica, n, "plain"))
         return rows
+
+    def in_plain_chunks(self, group: str, indexes: np.ndarray) -> np.ndarray:
+        """bool per index of `group`: it lies in a chunk the screen found plain (so any
+        acknowledged append there matched the committed body's digest)."""
+        spans = sorted({(c.lo, c.hi) for c in self.chunks if c.group == group and c.plain})
+        if not spans:
+            return np.zeros(len(indexes), dtype=bool)
+        los = np.array([lo for lo, _ in spans], dtype=np.int64)
+        his = np.array([hi for _, hi in spans], dtype=np.int64)
+        k = np.searchsorted(los, indexes, side="right") - 1
+        return (k >= 0) & (indexes < his[np.maximum(k, 0)])

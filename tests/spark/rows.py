@@ -41,6 +41,7 @@ def healthy_log(
             "rec_size": size,
             "rec_kind": 0,
             "file": "data/" + formats.file_name(segment),
+            "file_bytes": SEGMENT_BYTES,
             "position": position,
             "defect": None,
             "io_error": None,

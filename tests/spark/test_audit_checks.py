@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import attrs
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from spark import agreement, checks, formats, job, screen
+from spark import agreement, checks, formats, history, job, screen
 from tests.spark.rows import (
     SEGMENT_BYTES,
     digest_of,
@@ -266,9 +269,9 @@ def test_facts_checks_told_there_are_no_rows_find_what_an_empty_frame_finds(
         screen.SPANS_SCHEMA,
     )
     summary = spark.createDataFrame(  # buckets of 4: nobody but n0 is counted past index 7
-        [("g", 0, r, 3, 0, 0) for r in ("n0", "n1")]
-        + [("g", 1, r, 4, 0, 0) for r in ("n0", "n1")]
-        + [("g", 2, "n0", 3, 0, 0)],
+        [("g", 0, r, 3, "d") for r in ("n0", "n1")]
+        + [("g", 1, r, 4, "d") for r in ("n0", "n1")]
+        + [("g", 2, "n0", 3, "d")],
         screen.SUMMARY_SCHEMA,
     )
     empty = entries_frame(spark, [])
@@ -303,36 +306,65 @@ def test_facts_checks_told_there_are_no_rows_find_what_an_empty_frame_finds(
 
 
 def test_acknowledged_append_missing_from_the_committed_log(spark: SparkSession) -> None:
+    """An append is found by the SHA-256 of its value; a finding names who holds the index,
+    where, and shows both the value and what is there."""
     replicas = replicas_frame(spark, COMMITS)
+    rows = group_rows()
+
+    def ack(index: int | None, value: str, process: str, time_ns: int) -> tuple[Any, ...]:
+        return attrs.astuple(history.acknowledged("g", index, value, process, time_ns))
+
+    row(rows, "n0", 3)["body_digest"] = hashlib.sha256(b"a").digest()
+    for r in ("n0", "n1", "n2"):
+        row(rows, r, 4)["body_digest"] = hashlib.sha256(b"x").digest()
     acked = spark.createDataFrame(
         [
-            ("g", 3, "a", "0", 10),
-            ("g", 4, "b", "1", 20),
-            ("g", 11, "c", "0", 30),
-            ("g", None, "d", "2", 40),
+            ack(3, "a", "0", 10),
+            ack(4, "b", "1", 20),
+            ack(11, "c", "0", 30),
+            ack(None, "d", "2", 40),
         ],
         job.ACKED_SCHEMA,
     )
-    bodies = spark.createDataFrame(
-        [("g", 3, "n0", b"a"), ("g", 3, "n1", b"a"), ("g", 4, "n0", b"x")],
-        "group string, index long, replica string, body binary",
+
+    def heads(wanted: DataFrame) -> DataFrame:
+        return wanted.select("group", "index", "replica", F.lit("b'x'").alias("head"))
+
+    found = agreement.missing_appends(acked, entries_frame(spark, rows), replicas, heads).collect()
+    where = row(rows, "n0", 4)
+    got = [(r.kind, r.replica, r["index"], r.file, r.position, r.detail) for r in found]
+    assert sorted(got, key=str) == sorted(
+        [
+            (
+                "missing_append",
+                None,
+                11,
+                None,
+                None,
+                "acknowledged append b'c' (1 bytes; process 0, time_ns 30) at index 11: past the "
+                "group commit index 10",
+            ),
+            (
+                "missing_append",
+                "n0",
+                4,
+                where["file"],
+                where["position"],
+                "acknowledged append b'b' (1 bytes; process 1, time_ns 20) at index 4: n0, n1, n2 "
+                f"hold another body there: b'x' (956 bytes) in {where['file']} at position "
+                f"{where['position']}",
+            ),
+            (
+                "unchecked_append",
+                None,
+                None,
+                None,
+                None,
+                "acknowledged append from process 2 records no index",
+            ),
+        ],
+        key=str,
     )
-    found = agreement.missing_appends(acked, bodies, replicas).collect()
-    assert sorted((r.kind, r["index"], r.detail) for r in found) == [
-        (
-            "missing_append",
-            4,
-            'acknowledged append {"value":"b"} (process 1, time_ns 20) at '
-            "index 4: the committed entry there has another body (1 bytes)",
-        ),
-        (
-            "missing_append",
-            11,
-            'acknowledged append {"value":"c"} (process 0, time_ns 30) at '
-            "index 11: past the group commit index 10",
-        ),
-        ("unchecked_append", None, "acknowledged append from process 2 records no index"),
-    ]
 
 
 def test_bytes_after_the_last_entry_are_an_unindexed_data_note(spark: SparkSession) -> None:

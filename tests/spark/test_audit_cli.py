@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark import audit
+from spark import audit, report
 from tests.spark import stores
 
 
@@ -101,3 +101,13 @@ def test_a_jvm_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr[-2000:]
     assert "dledger-audit: cannot start Spark (local[*]):" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_replica_line_shows_what_was_read_and_sound_beside_the_claim() -> None:
+    r = {"entries": 60, "first_index": 1, "last_index": 60, "commit_index": 60}
+    assert report.replica_line({**r, "sound_entries": 60, "sound_first_index": 1,
+                                "sound_last_index": 60}) == "60 sound entries 1..60, commit 60"  # fmt: skip
+    cut = {**r, "sound_entries": 54, "sound_first_index": 1, "sound_last_index": 54}
+    assert report.replica_line(cut) == (
+        "54 sound entries 1..54 (index files claim 60 entries 1..60), commit 60"
+    )

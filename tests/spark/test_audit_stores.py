@@ -48,6 +48,27 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         ("divergent_entry", "n2", 30, *stores.forge_body(stores_["n2"], 30, b"FORGED BY HAND"))
     ]
 
+    # a follower cut inside entry 55 (a kill mid-write): said once, not per entry after it
+    stores_ = write_group(root, "cut", N)
+    _, _, (position, *_) = stores.index_record(stores_["n2"], 55)
+    segment, at = stores.segment_of(stores_["n2"], position)
+    assert at > 0 and stores.segment_of(stores_["n2"], _last_position(stores_["n2"]))[0] == segment
+    with open(segment, "r+b") as f:
+        f.truncate(at + 60)
+    expected["cut"] = [("malformed_entry", "n2", 55, f"data/{segment.name}", position)]
+
+    # a deleted middle segment on n1: one finding for all its entries, counted exactly
+    stores_ = write_group(root, "deleted", N)
+    middle = sorted((stores_["n1"] / "dledger" / "data").iterdir())[1]
+    middle.unlink()
+    held = [
+        i
+        for i in range(1, N + 1)
+        if stores.segment_of(stores_["n1"], _position(stores_["n1"], i))[0] == middle
+    ]
+    first = _position(stores_["n1"], held[0])
+    expected["deleted"] = [("malformed_entry", "n1", held[0], f"data/{middle.name}", first)]
+
     # a truncated uncommitted tail: not an error, three notes
     for r in ("n0", "n1"):
         write_replica(root, "tail", r, bodies("tail"), commit_index=50)
@@ -74,19 +95,25 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     # an acknowledged append missing, given a history: 40 present, one at 41 never committed
     write_group(root, "history", 40)
+    # and the CRC-keeping edit on every replica: they agree, but the acknowledged value is gone
+    forged = write_group(root, "forged-all", 40)
+    for r in stores.REPLICAS:
+        file, position = stores.forge_body(forged[r], 30, b"FORGED BY HAND")
     history = root / "history.jsonl"
     lines = []
-    for i in range(1, 42):
-        value = payload("history", i).decode() if i <= 40 else "lost-append"
+    acks = [("history", i, payload("history", i).decode()) for i in range(1, 41)]
+    acks += [("history", 41, "lost-append")]
+    acks += [("forged-all", i, payload("forged-all", i).decode()) for i in range(1, 41)]
+    for n, (group, i, value) in enumerate(acks):
         lines.append(
             {
                 "type": "invoke",
                 "process": i % 3,
                 "f": "append",
                 "value": value,
-                "group": "history",
+                "group": group,
                 "index": None,
-                "time_ns": i * 10,
+                "time_ns": n * 10,
                 "error": None,
             }
         )
@@ -96,9 +123,9 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "process": i % 3,
                 "f": "append",
                 "value": value,
-                "group": "history",
+                "group": group,
                 "index": i,
-                "time_ns": i * 10 + 5,
+                "time_ns": n * 10 + 5,
                 "error": None,
             }
         )
@@ -114,7 +141,16 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     history.write_text("".join(json.dumps(line) + "\n" for line in lines))
     expected["history"] = [("missing_append", None, 41, None, None)]
+    expected["forged-all"] = [("missing_append", "n0", 30, file, position)]
     return {"root": root, "history": history, "expected": expected}
+
+
+def _position(store: Path, index: int) -> int:
+    return stores.index_record(store, index)[2][0]
+
+
+def _last_position(store: Path) -> int:
+    return _position(store, N)
 
 
 def _where(store: Path, index: int) -> tuple[str, int]:
@@ -140,16 +176,31 @@ def test_each_fault_is_found_and_named(
     report = json.loads((out / "report.json").read_text())
     found: dict[str, list[tuple[Any, ...]]] = {group: [] for group in faults["expected"]}
     for kind, f in report["findings"].items():
-        assert f["count"] == len(f["examples"]), kind  # few enough to all be examples
+        assert f["count"] == sum(e["count"] for e in f["examples"]), kind  # all shown
         for e in f["examples"]:
             found[e["group"]].append((kind, e["replica"], e["index"], e["file"], e["position"]))
     for group, expected in faults["expected"].items():
         assert sorted(found[group], key=str) == sorted(expected, key=str), group
     assert report["verdict"] == "inconsistent" and report["exit_code"] == 1
     assert report["commit_index"]["lonely"] == N and report["commit_index"]["tail"] == 50
-    assert report["entries_checked"] == 3 * N * 6 - 5 - 2 + 3 * 40  # tail and lonely cut 5, 2
-    assert report["history"] == {"file": str(faults["history"]), "acknowledged": 41}
-    assert (out / "report.html").read_text().count("<h2>group ") == 7
+    assert report["entries_checked"] == 3 * N * 8 - 5 - 2 + 3 * 40 * 2  # tail, lonely cut 5, 2
+    assert report["history"] == {"file": str(faults["history"]), "acknowledged": 81}
+    assert (out / "report.html").read_text().count("<h2>group ") == 10
+    malformed = {e["group"]: e for e in report["findings"]["malformed_entry"]["examples"]}
+    assert (malformed["cut"]["index"], malformed["cut"]["last_index"]) == (55, N)
+    assert malformed["cut"]["count"] == N - 55 + 1
+    assert (
+        "ends at byte" in malformed["cut"]["detail"]
+        and "inside this entry" in (malformed["cut"]["detail"])
+    )
+    deleted = malformed["deleted"]
+    assert deleted["count"] == deleted["last_index"] - deleted["index"] + 1 > 5
+    assert "missing" in deleted["detail"]
+    cut = next(r for r in report["replicas"] if (r["group"], r["replica"]) == ("cut", "n2"))
+    assert (cut["entries"], cut["last_index"]) == (N, N)  # what the index files claim
+    assert (cut["sound_entries"], cut["sound_last_index"]) == (54, 54)  # what was read
+    forged = report["findings"]["missing_append"]["examples"]
+    assert any("FORGED BY HAND" in e["detail"] and "n0, n1, n2 hold" in e["detail"] for e in forged)
 
 
 def test_a_clean_two_group_store_passes(

@@ -20,6 +20,8 @@ def finding(kind: str, replica: str | None, index: int | None) -> dict[str, Any]
         "file": None,
         "position": None,
         "detail": f"{kind} at {index}",
+        "last_index": None,
+        "count": 1,  # checks.merge_runs: a run of findings is one, counting them all
     }
 
 
@@ -29,18 +31,20 @@ def test_counts_examples_and_json_lines(tmp_path: Path) -> None:
     stale.write_text("{}\n")
     found = [finding("b", "n1", 3), finding("a", "n0", 2), finding("b", None, 1)]
     found += [finding("c", "n0", i) for i in range(job.EXAMPLES_MAX + 5)]
+    found += [{**finding("d", "n2", 10), "last_index": 14, "count": 5}]
     counts, examples = job._summarise(found, str(tmp_path))
     assert counts == [
         {"kind": "a", "severity": "error", "count": 1},
         {"kind": "b", "severity": "error", "count": 2},
         {"kind": "c", "severity": "error", "count": job.EXAMPLES_MAX + 5},
+        {"kind": "d", "severity": "error", "count": 5},  # one finding standing for five
     ]
     assert [(e["kind"], e["replica"], e["index"]) for e in examples[:3]] == [
         ("a", "n0", 2),
         ("b", None, 1),  # nulls first, as Spark orders them
         ("b", "n1", 3),
     ]
-    assert len(examples) == 3 + job.EXAMPLES_MAX
+    assert len(examples) == 3 + job.EXAMPLES_MAX + 1
     assert not stale.exists()  # an earlier run's part is replaced
     lines = (tmp_path / "findings" / "part-00000.json").read_text().splitlines()
     assert len(lines) == len(found)
@@ -50,6 +54,7 @@ def test_counts_examples_and_json_lines(tmp_path: Path) -> None:
         "group": "g",
         "index": 1,
         "detail": "b at 1",
+        "count": 1,
     }  # null fields left out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark import job, layout, parse, screen
+from spark import history, job, layout, parse, screen
 from spark.progress import Progress
 from tests.spark import stores
 from tests.spark.stores import payload, write_group, write_replica
@@ -156,10 +156,16 @@ def write_fault_groups(root: Path, seeds: range) -> None:
         stores.flip_byte(target, rng.randrange(min(target.stat().st_size, 4096)))
 
 
-def findings(spark: SparkSession, root: Path, out: Path, chunk_bits: int | None) -> Any:
+def findings(
+    spark: SparkSession,
+    root: Path,
+    out: Path,
+    chunk_bits: int | None,
+    acked: list[history.AckedAppend] | None = None,
+) -> Any:
     replicas = layout.discover([str(root)])
     with Progress(spark.sparkContext, quiet=True) as progress:
-        outcome = job.run(spark, replicas, None, str(out), progress, chunk_bits=chunk_bits)
+        outcome = job.run(spark, replicas, acked, str(out), progress, chunk_bits=chunk_bits)
     examples = sorted(tuple(sorted(e.items())) for e in outcome.examples)
     return outcome, examples
 
@@ -206,8 +212,50 @@ def test_a_store_with_every_chunk_plain_still_gets_the_findings_of_its_facts(
     assert ("checkpoint_outside_log", "overclaim", "n2") in found
     assert ("checkpoint_outside_log", "ahead", "n2") in found
     short = [dict(e) for e in with_screen if dict(e)["kind"] == "under_replicated"]
-    assert sorted(e["index"] for e in short) == list(range(48, N + 1))
-    assert {e["group"] for e in short} == {"ahead"}
+    assert [(e["group"], e["index"], e["last_index"], e["count"]) for e in short] == [
+        ("ahead", 48, N, N - 48 + 1)  # one finding for the run of indexes
+    ]
+
+
+@pytest.mark.spark
+def test_the_history_check_finds_the_same_with_and_without_screening(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The screen compares acknowledged values' digests in plain chunks; the rest go to the
+    Spark check. Both ways must find the same missing appends, named the same way."""
+    root = tmp_path / "stores"
+    write_fault_groups(root, range(0))
+    for store in write_group(root, "forged-all", N).values():  # every replica: they agree
+        stores.forge_body(store, 20, b"FORGED BY HAND")
+    acked = [
+        history.acknowledged(g, i, payload(g, i).decode(), str(i % 3), i)
+        for g in ("clean", "forged-all", "corrupt", "divergent")
+        for i in range(1, N + 1)
+    ]
+    acked += [history.acknowledged("clean", N + 1, "never written", "0", 0)]
+    acked += [history.acknowledged("clean", None, "no index", "1", 0)]
+    screened, with_screen = findings(spark, root, tmp_path / "a", BITS, acked)
+    full, without = findings(spark, root, tmp_path / "b", None, acked)
+    assert with_screen == without
+    assert screened.counts == full.counts
+    missing = {
+        (dict(e)["group"], dict(e)["index"])
+        for e in with_screen
+        if dict(e)["kind"] == "missing_append"
+    }
+    assert missing == {
+        ("forged-all", 20),
+        ("clean", N + 1),
+    }  # a divergent or corrupt copy is outvoted
+    forged = next(
+        dict(e)
+        for e in with_screen
+        if dict(e)["kind"] == "missing_append" and dict(e)["group"] == "forged-all"
+    )
+    assert (
+        forged["replica"] == "n0"
+        and "n0, n1, n2 hold another body there: b'FORGED BY HAND" in forged["detail"]
+    )
 
 
 def test_an_os_error_while_screening_marks_the_chunk_failed(
