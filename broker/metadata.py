@@ -152,7 +152,7 @@ class Metadata:
             for group, topic, queue_id, offset in op["offsets"]:
                 self.offsets[(group, topic, int(queue_id))] = int(offset)
         elif kind == "snapshot":
-            self.restore(op["state"])
+            return  # BrokerState decides whether a snapshot applies (broker/state.py)
         else:
             return
         self.version += 1
@@ -164,6 +164,11 @@ class Metadata:
     @staticmethod
     def group_op(config: GroupConfig) -> dict[str, Any]:
         return {"op": "group", "config": config.to_row()}
+
+    def snapshot_op(self, as_of_index: int, at_ms: int) -> dict[str, Any]:
+        """The whole state as of applied index `as_of_index`, for a replica that rebuilds
+        from a log whose older entries retention deleted."""
+        return {"op": "snapshot", "as_of": as_of_index, "at_ms": at_ms, "state": self.state()}
 
     @staticmethod
     def offsets_op(offsets: Iterable[tuple[OffsetKey, int]]) -> dict[str, Any]:

@@ -54,6 +54,7 @@ STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
 REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
 RECENT_SENDS_MAX = 65536
+PENDING_OPS_MAX = 1_000_000  # metadata ops kept while waiting for a snapshot (rebuild only)
 TOPIC_OPS = frozenset(
     {"topic", "delete_topic", "snapshot"}
 )  # (queue offset, physical offset) of the latest messages, by index
@@ -102,6 +103,11 @@ class BrokerState:
         self._next_offsets: dict[QueueKey, int] = {}
         self._last_shape: list[QueueKey] = []
         self.shaper = self
+        # Metadata is complete when this replica applied the log from its first entry or
+        # restored a checkpoint; else (rebuilt from a log retention cut) it waits for a snapshot
+        self.metadata_complete = True
+        self._ops_since_start: list[tuple[int, dict[str, Any]]] = []
+        self.last_snapshot_at_ms = 0  # the newest snapshot entry applied (leader's clock)
         # called after an apply that created, changed or deleted a topic (re-registration)
         self.topic_listeners: list[Callable[[], None]] = []
         self._open()
@@ -133,6 +139,9 @@ class BrokerState:
             self.queues = ConsumeQueueSet.open(self.root, geometry.cq_units_per_file)
             self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
             self.applied_index = self.store.first_index - 1
+            # with no checkpoint and a log that does not start at 1, what came before is only
+            # known from the next snapshot entry
+            self.metadata_complete = saved is not None or self.store.first_index <= 1
 
     def _reindex(self, physical_offset: int, through_index: int) -> None:
         """Index again the messages from `physical_offset` up to entry `through_index` (the
@@ -228,7 +237,7 @@ class BrokerState:
                 if op is None:
                     log.error("index %d: a metadata entry that does not decode; skipped", first + k)
                 else:
-                    self.metadata.apply(op)
+                    self._apply_meta(first + k, op)
                     if op.get("op") in TOPIC_OPS:
                         topics_changed = True
             else:
@@ -239,6 +248,30 @@ class BrokerState:
         if topics_changed:
             for listener in self.topic_listeners:
                 listener()
+
+    def _apply_meta(self, index: int, op: dict[str, Any]) -> None:
+        """A metadata operation. A snapshot (the leader's whole metadata as of an earlier
+        index, re-proposed well within each retention period) matters only to a replica that
+        rebuilt from a log whose older entries were deleted: it takes the snapshot, then the
+        operations it saw after the snapshot's index again, and is complete from then on. A
+        complete replica already holds at least that state and skips it (restoring it would
+        undo the operations between the snapshot's index and its entry)."""
+        if op.get("op") == "snapshot":
+            self.last_snapshot_at_ms = int(op.get("at_ms", 0))
+            if self.metadata_complete:
+                return
+            as_of = int(op["as_of"])
+            self.metadata.restore(op["state"])
+            for seen_index, seen in self._ops_since_start:
+                if seen_index > as_of:
+                    self.metadata.apply(seen)
+            self._ops_since_start = []
+            self.metadata_complete = True
+            log.info("metadata taken from the snapshot at index %d (as of %d)", index, as_of)
+            return
+        self.metadata.apply(op)
+        if not self.metadata_complete and len(self._ops_since_start) < PENDING_OPS_MAX:
+            self._ops_since_start.append((index, op))
 
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
         fields = stored_message.read_dispatch(body)
