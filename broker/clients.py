@@ -5,15 +5,14 @@ connection closes, when it unregisters, or after CLIENT_EXPIRY_S without a heart
 RocketMQ's ConsumerManager does). When a consumer group's members change, every member still
 connected is told (NOTIFY_CONSUMER_IDS_CHANGED), so it rebalances at once.
 
-Queue locks (orderly consumption) are held here, one client per queue and group, for
-LOCK_EXPIRY_S after the last (re)lock, as RocketMQ's RebalanceLockManager.
+Queue locks (orderly consumption) are not kept here: they go through the log, so they hold
+across a leader change (broker/metadata.py, Metadata.lock_op).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -27,7 +26,6 @@ from remoting.errors import RemotingError
 log = logging.getLogger("broker.clients")
 
 CLIENT_EXPIRY_S = 120.0  # RocketMQ's channelExpiredTimeout
-LOCK_EXPIRY_S = 60.0  # RocketMQ's rebalance lock lifetime
 SCAN_INTERVAL_S = 10.0
 NOTIFY_TIMEOUT_S = 3.0
 MESSAGE_MODELS = {
@@ -71,7 +69,6 @@ class ClientRegistry:
     def __init__(self) -> None:
         self.consumers: dict[str, dict[str, Member]] = {}
         self.producers: dict[str, dict[str, Member]] = {}
-        self._locks: dict[tuple[str, str, str, int], tuple[str, float]] = {}
         self._watched: set[int] = set()
         self._nursery: trio.Nursery | None = None
 
@@ -164,7 +161,6 @@ class ClientRegistry:
                     self._notify(group)
                 if not members:
                     del table[group]
-        self._locks = {k: v for k, v in self._locks.items() if now - v[1] <= LOCK_EXPIRY_S}
 
     def _watch(self, connection: Connection) -> None:
         if id(connection) in self._watched or self._nursery is None:
@@ -203,29 +199,6 @@ class ClientRegistry:
                 await connection.send_oneway(request)
         except RemotingError as err:
             log.debug("could not notify %s of group %s: %s", connection.peer, group, err)
-
-    # --- queue locks ---------------------------------------------------------------------------
-
-    def lock(
-        self, group: str, client_id: str, queues: Iterable[tuple[str, str, int]]
-    ) -> list[tuple[str, str, int]]:
-        """Lock each (topic, broker, queue) for `client_id` unless another live client holds
-        it; returns those it now holds."""
-        now = trio.current_time()
-        granted = []
-        for topic, broker_name, queue_id in queues:
-            key = (group, topic, broker_name, queue_id)
-            holder = self._locks.get(key)
-            if holder is None or holder[0] == client_id or now - holder[1] > LOCK_EXPIRY_S:
-                self._locks[key] = (client_id, now)
-                granted.append((topic, broker_name, queue_id))
-        return granted
-
-    def unlock(self, group: str, client_id: str, queues: Iterable[tuple[str, str, int]]) -> None:
-        for topic, broker_name, queue_id in queues:
-            key = (group, topic, broker_name, queue_id)
-            if self._locks.get(key, ("",))[0] == client_id:
-                del self._locks[key]
 
 
 def decode_json_body(body: bytes) -> dict[str, Any]:

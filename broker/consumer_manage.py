@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+
+import trio
 
 from broker import stored_message
 from broker.clients import decode_json_body
@@ -185,14 +188,23 @@ def _queues(body: dict[str, object]) -> list[tuple[str, str, int]]:
 async def handle_lock(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
+    """Locks go through the log, so they hold across a leader change: the request becomes a
+    lock entry (any replica may take it), every replica decides it the same way as it applies
+    it (broker/metadata.py), and the answer is what this replica's state then says."""
     try:
         body = decode_json_body(request.body)
         queues = _queues(body)
     except (ValueError, KeyError, TypeError) as err:
         return request.response(ResponseCode.SYSTEM_ERROR, f"bad lock body: {err}")
-    granted = broker.clients.lock(
-        str(body.get("consumerGroup", "")), str(body.get("clientId", "")), queues
-    )
+    group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+    op = Metadata.lock_op(group, client, queues, int(time.time() * 1000))
+    try:
+        written = await broker.writes.append([encode_meta(op)], META_WRITE_TIMEOUT_S)
+        with trio.fail_after(META_WRITE_TIMEOUT_S):
+            await broker.state.wait_applied(written.last_index)
+    except (WriteFailed, WriteUnknown, trio.TooSlowError) as err:
+        return request.response(ResponseCode.SYSTEM_ERROR, f"locks not taken: {err}")
+    granted = broker.state.metadata.held_by(group, client, queues)
     answer = {"lockOKMQSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in granted]}
     return request.response(ResponseCode.SUCCESS, body=json.dumps(answer).encode())
 
@@ -205,5 +217,11 @@ async def handle_unlock(
         queues = _queues(body)
     except (ValueError, KeyError, TypeError) as err:
         return request.response(ResponseCode.SYSTEM_ERROR, f"bad unlock body: {err}")
-    broker.clients.unlock(str(body.get("consumerGroup", "")), str(body.get("clientId", "")), queues)
+    group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+    try:
+        await broker.writes.append(
+            [encode_meta(Metadata.unlock_op(group, client, queues))], META_WRITE_TIMEOUT_S
+        )
+    except (WriteFailed, WriteUnknown) as err:
+        return request.response(ResponseCode.SYSTEM_ERROR, f"locks not released: {err}")
     return request.response(ResponseCode.SUCCESS)

@@ -21,6 +21,7 @@ DLQ_GROUP_PREFIX = "%DLQ%"
 TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # RocketMQ's Validators rule
 TOPIC_CHARS_MAX = 127
 GROUP_NAME = TOPIC_NAME
+LOCKS_MAX = 100_000  # queue locks kept (a bound; only live consumers renew theirs)
 QUEUES_MAX = 1024  # per topic; RocketMQ has no hard bound, we keep a queue's files bounded
 SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"})
 
@@ -116,6 +117,8 @@ class GroupConfig:
 
 
 OffsetKey = tuple[str, str, int]  # (group, topic, queue_id)
+LockKey = tuple[str, str, str, int]  # (group, topic, broker name, queue_id)
+LOCK_EXPIRY_MS = 60_000  # RocketMQ's rebalance lock lifetime: unrenewed this long, a lock is free
 
 
 class Metadata:
@@ -125,6 +128,9 @@ class Metadata:
         self.topics: dict[str, TopicConfig] = {}
         self.groups: dict[str, GroupConfig] = {}
         self.offsets: dict[OffsetKey, int] = {}
+        # queue locks of orderly consumers: (client id, ms of its last (re)lock, the
+        # proposer's clock), decided by every replica as the lock entry is applied
+        self.locks: dict[LockKey, tuple[str, int]] = {}
         self.version = 0  # counts applied changes (RocketMQ's dataVersion counter)
 
     # --- operations (broker/entries.py carries them) ---------------------------------------
@@ -151,6 +157,16 @@ class Metadata:
         elif kind == "offsets":
             for group, topic, queue_id, offset in op["offsets"]:
                 self.offsets[(group, topic, int(queue_id))] = int(offset)
+        elif kind == "lock":
+            self._lock(op)
+            return  # locks are not topic data: the version (registrations) stays
+        elif kind == "unlock":
+            for topic, broker_name, queue_id in op["queues"]:
+                lock_key = (str(op["group"]), str(topic), str(broker_name), int(queue_id))
+                holder = self.locks.get(lock_key)
+                if holder is not None and holder[0] == op["client"]:
+                    del self.locks[lock_key]
+            return
         elif kind == "snapshot":
             return  # BrokerState decides whether a snapshot applies (broker/state.py)
         else:
@@ -164,6 +180,54 @@ class Metadata:
     @staticmethod
     def group_op(config: GroupConfig) -> dict[str, Any]:
         return {"op": "group", "config": config.to_row()}
+
+    def _lock(self, op: Mapping[str, Any]) -> None:
+        """Grant each queue to op's client unless another client renewed it within the
+        expiry, by the time the entry carries: the same decision on every replica."""
+        at_ms, client = int(op["at_ms"]), op["client"]
+        for topic, broker_name, queue_id in op["queues"]:
+            key = (op["group"], topic, broker_name, int(queue_id))
+            holder = self.locks.get(key)
+            if holder is None or holder[0] == client or at_ms - holder[1] > LOCK_EXPIRY_MS:
+                self.locks[key] = (client, max(at_ms, holder[1] if holder else 0))
+        if len(self.locks) > LOCKS_MAX:  # forget the stalest first
+            for key, _ in sorted(self.locks.items(), key=lambda kv: kv[1][1])[
+                : len(self.locks) - LOCKS_MAX
+            ]:
+                del self.locks[key]
+
+    def held_by(
+        self, group: str, client: str, queues: Iterable[tuple[str, str, int]]
+    ) -> list[tuple[str, str, int]]:
+        held = []
+        for topic, broker_name, queue_id in queues:
+            holder = self.locks.get((group, topic, broker_name, queue_id))
+            if holder is not None and holder[0] == client:
+                held.append((topic, broker_name, queue_id))
+        return held
+
+    @staticmethod
+    def lock_op(
+        group: str, client: str, queues: Iterable[tuple[str, str, int]], at_ms: int
+    ) -> dict[str, Any]:
+        return {
+            "op": "lock",
+            "group": group,
+            "client": client,
+            "queues": [list(q) for q in queues],
+            "at_ms": at_ms,
+        }
+
+    @staticmethod
+    def unlock_op(
+        group: str, client: str, queues: Iterable[tuple[str, str, int]]
+    ) -> dict[str, Any]:
+        return {
+            "op": "unlock",
+            "group": group,
+            "client": client,
+            "queues": [list(q) for q in queues],
+        }
 
     def snapshot_op(self, as_of_index: int, at_ms: int) -> dict[str, Any]:
         """The whole state as of applied index `as_of_index`, for a replica that rebuilds
@@ -181,6 +245,7 @@ class Metadata:
             "topics": [t.to_row() for t in self.topics.values()],
             "groups": [g.to_row() for g in self.groups.values()],
             "offsets": [[g, t, q, o] for (g, t, q), o in self.offsets.items()],
+            "locks": [[*key, c, at] for key, (c, at) in self.locks.items()],
             "version": self.version,
         }
 
@@ -188,4 +253,7 @@ class Metadata:
         self.topics = {row[0]: TopicConfig.from_row(row) for row in state["topics"]}
         self.groups = {row[0]: GroupConfig.from_row(row) for row in state["groups"]}
         self.offsets = {(g, t, int(q)): int(o) for g, t, q, o in state["offsets"]}
+        self.locks = {
+            (g, t, b, int(q)): (c, int(at)) for g, t, b, q, c, at in state.get("locks", ())
+        }
         self.version = int(state.get("version", 0))
