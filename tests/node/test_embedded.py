@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from dledger.client import open_client
 from dledger.config import Address, NodeConfig
@@ -16,6 +17,7 @@ from dledger.node import Node
 from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Role, RoleState
 from dledger.wire import Status
+from tests.node.memnet import memory_group
 
 
 class Recorder:
@@ -69,48 +71,23 @@ async def test_state_machine_sees_every_committed_entry_once_in_order(tmp_path: 
     assert any(r.role is Role.LEADER for changes in roles.values() for r in changes)
 
 
-async def test_stopping_leader_answers_proposed_appends_unknown_not_failed(tmp_path: Path) -> None:
+async def test_stopping_leader_answers_proposed_appends_unknown_not_failed(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     """An append in the log but not yet committed may commit after a restart: a node that
-    stops must not tell its client it surely failed (which invites a duplicate retry)."""
-    peers = {f"n{i}": Address("127.0.0.1", free_port()) for i in range(3)}
-    stores = {
-        n: LogStore.open(tmp_path / n, StoreConfig(segment_bytes=1 << 20), group="g", self_id=n)
-        for n in peers
-    }
-    nodes = {
-        n: Node(NodeConfig(group="g", self_id=n, peers=peers, store_dir=tmp_path / n), stores[n])
-        for n in peers
-    }
-    scopes: dict[str, trio.CancelScope] = {}
+    stops must not tell its client it surely failed (which invites a duplicate retry). On
+    memory streams (tests/node/memnet.py): no port to collide with anything else."""
     answers: list[tuple[Status, str]] = []
-
-    async def run(
-        n: str, *, task_status: trio.TaskStatus[object] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        with trio.CancelScope() as scope:
-            scopes[n] = scope
-            await host_node(nodes[n], task_status=task_status)
-
-    try:
-        async with trio.open_nursery() as nursery:
-            for n in peers:
-                await nursery.start(run, n)
-            with trio.fail_after(10):
-                while not any(node.is_leader for node in nodes.values()):
-                    await trio.sleep(0.01)
-            leader = next(n for n, node in nodes.items() if node.is_leader)
-            for n in peers:
-                if n != leader:
-                    scopes[n].cancel()  # it can no longer commit anything
-            nodes[leader].submit_append(
-                [b"x"], lambda status, msg, fields: answers.append((status, msg))
-            )
-            with trio.fail_after(5):
-                while nodes[leader].metrics["proposals"] == 0:
-                    await trio.sleep(0.001)
-            assert not answers
-            scopes[leader].cancel()
-    finally:
-        for store in stores.values():
-            store.close()
+    async with memory_group(tmp_path) as group:
+        leader = await group.wait_for_leader()
+        for n in [n for n in group.nodes if n != leader]:
+            group.kill(n)  # it can no longer commit anything
+        node = group.nodes[leader]
+        node.submit_append([b"x"], lambda status, msg, fields: answers.append((status, msg)))
+        with trio.fail_after(5):
+            while node.metrics["proposals"] == 0:
+                await trio.sleep(0.001)
+        assert not answers
+        group.kill(leader)
+        await group.wait_stopped(leader)
     assert [status for status, _ in answers] == [Status.OUTCOME_UNKNOWN], answers
