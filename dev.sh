@@ -54,6 +54,7 @@ case "$cmd" in
     soak)
         install_system
         install_python
+        "$PY" -m pytest -q -m slow
         "$PY" -m dledger.raft.sim --seeds 20000 --nodes 3
         "$PY" -m dledger.raft.sim --seeds 20000 --nodes 5
         exec "$VENV/bin/dledger-chaos" run --target dledger --scenario random --duration 1800 --seed 1 --out runs/soak

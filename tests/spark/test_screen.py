@@ -171,6 +171,7 @@ def findings(
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # 2-4 min each (two whole audits); in `./dev.sh soak`, out of the default run
 def test_the_job_finds_the_same_with_and_without_screening(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -218,6 +219,7 @@ def test_a_store_with_every_chunk_plain_still_gets_the_findings_of_its_facts(
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # 2-4 min each (two whole audits); in `./dev.sh soak`, out of the default run
 def test_the_history_check_finds_the_same_with_and_without_screening(
     spark: SparkSession, tmp_path: Path
 ) -> None:
