@@ -29,9 +29,8 @@ from broker.snapshots import propose_snapshots
 from broker.state import BrokerState, Geometry
 from broker.writes import WritePath
 from dledger.client import open_client
-from dledger.exceptions import find
+from dledger.exceptions import operator_error
 from dledger.hosting import host_node
-from dledger.log.errors import LogError
 from dledger.log.store import LogStore
 from dledger.node import Node
 from remoting.dispatch import Dispatcher
@@ -110,19 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         trio.run(serve_until_signal, config)
-    except Exception as exc:  # one line for what an operator can fix, else re-raise
-        store_error = find(exc, LogError)
-        if store_error is not None:
-            print(
-                f"dledger-broker: cannot open store {config.store_root}: {store_error}",
-                file=sys.stderr,
-            )
-            return 1
-        os_error = find(exc, OSError)
-        if os_error is not None:
-            print(f"dledger-broker: {os_error}", file=sys.stderr)
-            return 1
-        raise
+    except Exception as exc:  # one line to stderr for what an operator can fix, else re-raise
+        line = operator_error(exc, "dledger-broker", config.store_root)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
     return 0
 
 

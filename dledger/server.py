@@ -20,9 +20,8 @@ import trio
 
 from dledger import limits
 from dledger.config import ConfigError, NodeConfig, parse_peers, raft_config_from_ms
-from dledger.exceptions import find
+from dledger.exceptions import operator_error
 from dledger.hosting import host_node
-from dledger.log.errors import LogError
 from dledger.log.store import FlushPolicy, LogStore, StoreConfig
 from dledger.node import Node
 
@@ -181,18 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(serve, config)
     except Exception as exc:  # one line to stderr for what an operator can fix, else re-raise
-        store_error = find(exc, LogError)
-        if store_error is not None:
-            print(
-                f"dledger-server: cannot open store {config.store_dir}: {store_error}",
-                file=sys.stderr,
-            )
-            return 1
-        os_error = find(exc, OSError)
-        if os_error is not None:
-            print(f"dledger-server: {os_error}", file=sys.stderr)
-            return 1
-        raise
+        line = operator_error(exc, "dledger-server", config.store_dir)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 1
     return 0
 
 
