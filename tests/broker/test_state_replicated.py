@@ -5,6 +5,7 @@ files, which a restart without them rebuilds to the same bytes."""
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import trio
@@ -39,6 +40,15 @@ def record(topic: str, queue_id: int, n: int) -> bytes:
     )
 
 
+def broker_group(root: Path) -> AbstractAsyncContextManager[MemoryGroup]:
+    """Three nodes on memory streams, each with a BrokerState in root/<node>."""
+
+    def factory(n: str, store: LogStore) -> BrokerState:
+        return BrokerState(root / n, store, GEOMETRY)
+
+    return memory_group(root, factory=factory)
+
+
 def states(group: MemoryGroup) -> dict[str, BrokerState]:
     return {n: s for n, s in group.state_machines.items() if isinstance(s, BrokerState)}
 
@@ -69,10 +79,7 @@ async def wait_applied(group: MemoryGroup) -> None:
 async def test_offsets_continue_across_a_leader_kill_and_files_agree(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    def factory(n: str, store: LogStore) -> BrokerState:
-        return BrokerState(tmp_path / n, store, GEOMETRY)
-
-    async with memory_group(tmp_path, factory=factory) as group:
+    async with broker_group(tmp_path) as group:
         await group.append([encode_meta(Metadata.topic_op(TopicConfig("T", 2, 2)))])
         for n in range(30):
             await send(group, n % 2, n)
@@ -104,10 +111,7 @@ async def test_offsets_continue_across_a_leader_kill_and_files_agree(
 async def test_a_replica_without_its_derived_files_rebuilds_the_same_bytes(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    def factory(n: str, store: LogStore) -> BrokerState:
-        return BrokerState(tmp_path / n, store, GEOMETRY)
-
-    async with memory_group(tmp_path, factory=factory) as group:
+    async with broker_group(tmp_path) as group:
         await group.append([encode_meta(Metadata.topic_op(TopicConfig("T", 2, 2)))])
         for n in range(40):
             await send(group, n % 2, n)
@@ -136,10 +140,7 @@ async def test_a_restart_from_its_checkpoint_indexes_again_what_the_torn_file_he
     """The IndexStore drops the file being written at the checkpoint (it may be torn); the
     restart indexes the log again from that file's start, so nothing indexed is lost."""
 
-    def factory(n: str, store: LogStore) -> BrokerState:
-        return BrokerState(tmp_path / n, store, GEOMETRY)
-
-    async with memory_group(tmp_path, factory=factory) as group:
+    async with broker_group(tmp_path) as group:
         await group.append([encode_meta(Metadata.topic_op(TopicConfig("T", 2, 2)))])
         for n in range(20):
             await send(group, n % 2, n)
