@@ -52,6 +52,7 @@ from dledger.config import (
 from dledger.log.layout import STORE_DIR
 from dledger.log.store import FlushPolicy, StoreConfig
 from namesrv import limits as namesrv_limits
+from remoting import limits as remoting_limits
 
 log = logging.getLogger("broker.config")
 
@@ -74,9 +75,8 @@ RAFT_TIMING = "tickMs, heartbeatMs, electionTimeoutMs, electionTimeoutMaxMs"
 # 32 mapped segments (dledger's SEGMENTS_OPEN_MAX) then take at most 128 GiB of address space
 SEGMENT_BYTES_MAX = 4 << 30
 
-# maxMessageSize bounds the whole stored record, as RocketMQ's CommitLog checks it, and the
-# record is the body of one log entry: it can be lowered, never raised past what an entry holds.
-assert broker_limits.STORED_MESSAGE_BYTES_MAX <= dledger_limits.ENTRY_BODY_BYTES_MAX
+# maxMessageSize bounds the whole stored record, as RocketMQ's CommitLog checks it; it can be
+# lowered, never raised past what one log entry holds (asserted in broker/limits.py).
 assert dledger_limits.SEGMENT_BYTES_DEFAULT <= SEGMENT_BYTES_MAX
 assert NAMESRV_HEARTBEAT_MS_MIN <= NAMESRV_HEARTBEAT_MS_DEFAULT <= NAMESRV_HEARTBEAT_MS_MAX
 
@@ -114,7 +114,7 @@ class BrokerConfig:
     file_reserved_hours: float = 72.0  # fileReservedTime
     delete_when_hour: int = 4  # deleteWhen "04"
     disk_max_used_percent: int = 75  # diskMaxUsedSpaceRatio
-    message_bytes_max: int = broker_limits.STORED_MESSAGE_BYTES_MAX  # maxMessageSize
+    message_bytes_max: int = remoting_limits.STORED_MESSAGE_BYTES_MAX  # maxMessageSize
     default_topic_queues: int = 8  # defaultTopicQueueNums, RocketMQ 4.9's default
     auto_create_topic: bool = True  # autoCreateTopicEnable
     auto_create_subscription_group: bool = True  # autoCreateSubscriptionGroup
@@ -421,7 +421,7 @@ KEYS: tuple[Key, ...] = (
     Key("diskMaxUsedSpaceRatio", "--disk-max-used-percent", "disk_max_used_percent",
         read_int(1, 100), "delete old segments at once past this disk use (%)"),
     Key("maxMessageSize", "--max-message-bytes", "message_bytes_max",
-        read_int(1, broker_limits.STORED_MESSAGE_BYTES_MAX), "largest stored message (bytes)"),
+        read_int(1, remoting_limits.STORED_MESSAGE_BYTES_MAX), "largest stored message (bytes)"),
     Key("defaultTopicQueueNums", "--default-topic-queues", "default_topic_queues",
         read_int(1, DEFAULT_TOPIC_QUEUES_MAX), "queues of an auto-created topic"),
     Key("autoCreateTopicEnable", "--auto-create-topic", "auto_create_topic", read_bool,

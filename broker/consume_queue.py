@@ -37,7 +37,7 @@ from broker.errors import BadQueueName, CorruptConsumeQueue, QueueOffsetOutOfRan
 #  off len field            meaning
 #    0   8 physical_offset  position of the stored message in the log (>= 0)
 #    8   4 size             store_size of the stored message (> 0; 0 means "not written")
-#   12   8 tag_hash         broker.tag_hash.tags_code(TAGS), or a delivery time for delays
+#   12   8 tag_hash         remoting.tag_hash.tags_code(TAGS), or a delivery time for delays
 UNIT = struct.Struct(">qiq")
 assert UNIT.size == limits.CQ_UNIT_BYTES == 20
 ZERO_UNIT = bytes(UNIT.size)

@@ -11,13 +11,13 @@ import time
 
 import trio
 
-from broker import stored_message
 from broker.clients import decode_json_body
 from broker.context import Broker
 from broker.entries import encode_meta
 from broker.metadata import RETRY_GROUP_PREFIX, GroupConfig, Metadata, TopicConfig
 from broker.writes import WriteFailed, WriteUnknown
 from dledger.log.errors import LogError
+from remoting import stored_message
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection

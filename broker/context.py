@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from broker import stored_message
 from broker.clients import ClientRegistry
 from broker.config import BrokerConfig
 from broker.disk import DiskGuard
@@ -24,6 +23,7 @@ from broker.writes import WritePath
 from dledger.client import DLedgerClient
 from dledger.node import Node
 from dledger.raft.events import Role
+from remoting import stored_message
 
 if TYPE_CHECKING:
     from broker.registration import Registrar

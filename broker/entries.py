@@ -2,7 +2,7 @@
 
 Both start with a 4-byte size and a 4-byte magic, so one read tells them apart:
 
-- a message is RocketMQ's stored-message record (broker/stored_message.py), magic 0xDAA320A7;
+- a message is RocketMQ's stored-message record (remoting/stored_message.py), magic 0xDAA320A7;
 - a metadata operation (broker/metadata.py) is, big-endian (docs/formats.md#metadata-entry):
 
       off len field   meaning
@@ -21,7 +21,7 @@ from typing import Any
 
 import msgpack
 
-from broker.stored_message import MAGIC_V1, MAGIC_V2
+from remoting.stored_message import MAGIC_V1, MAGIC_V2
 
 SIZE_MAGIC = struct.Struct(">iI")
 META_MAGIC = 0x424D4554

@@ -29,10 +29,11 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
-from broker import limits, mapped_file, stored_message
-from broker import properties as props
+from broker import limits, mapped_file
 from broker.errors import CorruptIndexFile
-from broker.tag_hash import index_key_hash
+from remoting import properties as props
+from remoting import stored_message
+from remoting.tag_hash import index_key_hash
 
 # IndexFile. Big-endian. Spec: docs/formats.md#indexfile; change both or neither.
 # Header, at 0:

@@ -1,7 +1,7 @@
 """broker.properties as RocketMQ's files write it: Java .properties, read strictly enough that
 a file which would mean something else to Java is refused with its line, never misread.
 
-(Not broker/properties.py: that is a stored message's properties string.)
+(Not remoting/properties.py: that is a stored message's properties string.)
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ import trio
 from broker.clients import parse_expression
 from broker.context import Broker
 from broker.metadata import PERM_READ
-from broker.tag_hash import tags_code
 from dledger.log.errors import LogError
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from remoting.tag_hash import tags_code
 
 log = logging.getLogger("broker.pull")
 

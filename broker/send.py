@@ -16,12 +16,8 @@ import time
 
 import attrs
 
-from broker import properties as props
-from broker import stored_message
 from broker.context import Broker
 from broker.entries import encode_meta
-from broker.errors import FormatError
-from broker.message_id import offset_msg_id
 from broker.metadata import (
     DEFAULT_TOPIC,
     PERM_INHERIT,
@@ -32,10 +28,14 @@ from broker.metadata import (
 )
 from broker.state import Placed
 from broker.writes import WriteFailed, WriteUnknown
+from remoting import properties as props
+from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
+from remoting.errors import MessageFormatError
 from remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from remoting.message_id import offset_msg_id
 
 log = logging.getLogger("broker.send")
 
@@ -179,7 +179,7 @@ async def _send(
                 topic=config.name,
                 properties_data=properties,
             )
-        except FormatError as err:
+        except MessageFormatError as err:
             raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
         if len(record) > broker.config.message_bytes_max:
             raise SendRefused(

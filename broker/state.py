@@ -32,13 +32,10 @@ from typing import Any
 import attrs
 import trio
 
-from broker import properties as props
-from broker import stored_message
 from broker.consume_queue import CONSUME_QUEUE_DIR, ConsumeQueueSet, FlushPlan, Unit, run_flush
 from broker.entries import EntryType, decode_meta, entry_type
 from broker.index_file import INDEX_DIR, IndexFile, IndexStore
 from broker.metadata import Metadata
-from broker.tag_hash import tags_code
 from dledger import limits as dledger_limits
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
@@ -46,6 +43,9 @@ from dledger.node import ProposalRefused
 from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Role, RoleState
 from dledger.wire import Status
+from remoting import properties as props
+from remoting import stored_message
+from remoting.tag_hash import tags_code
 
 log = logging.getLogger("broker.state")
 

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker import stored_message
 from broker.clients import Member
 from broker.context import Broker
-from broker.tag_hash import tags_code
 from dledger.log.errors import LogError
-from remoting import fastjson
+from remoting import fastjson, stored_message
 from remoting.codes import LanguageCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
@@ -26,6 +24,7 @@ from remoting.headers import (
     GetConsumeStatsRequestHeader,
     TopicRequestHeader,
 )
+from remoting.tag_hash import tags_code
 
 # ConsumeFromWhere: C++ sends the ordinal, Java the name; both orders are RocketMQ's enum's
 CONSUME_FROM_WHERE = (

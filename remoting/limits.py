@@ -41,3 +41,13 @@ assert RECEIVE_BYTES <= FRAME_BYTES_MAX
 # Requests already read when a client closes its connection are still handled for this long
 # (a send's own timeout is 3 s); held pulls and the like are cancelled after it.
 CLOSED_REQUESTS_GRACE_S = 5.0
+
+# --- stored message (docs/formats.md#stored-message) -------------------------------------------
+# RocketMQ's maxMessageSize (4 MiB) bounds the whole stored record in its CommitLog (the broker
+# also checks it fits one log entry: broker/limits.py).
+STORED_MESSAGE_BYTES_MAX = 4 * MiB
+PROPERTIES_BYTES_MAX = 32767  # the stored length is a signed int16 (Java reads getShort())
+TOPIC_BYTES_MAX_V1 = 127  # V1 stores the topic length in one byte that Java reads as signed
+TOPIC_BYTES_MAX_V2 = 32767  # V2 stores it in a signed int16
+assert PROPERTIES_BYTES_MAX == (1 << 15) - 1
+assert TOPIC_BYTES_MAX_V1 == (1 << 7) - 1

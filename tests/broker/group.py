@@ -17,13 +17,13 @@ from typing import Any
 import attrs
 import trio
 
-from broker import properties as props
 from broker.config import BrokerConfig
 from broker.context import Broker
 from broker.server import serve
 from broker.state import Geometry
 from dledger.config import Address
 from dledger.localgroup import free_port
+from remoting import properties as props
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.headers import PullMessageRequestHeader, SendMessageRequestHeader

@@ -7,11 +7,11 @@ import json
 import time
 from typing import Any
 
-from broker import stored_message
-from broker.stored_message import StoredMessage
+from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
+from remoting.stored_message import StoredMessage
 
 
 def properties(**values: str) -> str:

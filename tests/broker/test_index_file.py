@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import stored_message
 from broker.errors import CorruptIndexFile
 from broker.index_file import IndexFile, IndexStore, file_bytes, index_keys, rebuild
-from broker.stored_message import StoredMessage
-from broker.tag_hash import index_key_hash
+from remoting import stored_message
+from remoting.stored_message import StoredMessage
+from remoting.tag_hash import index_key_hash
 
 SLOTS, ITEMS = 8, 6  # 5 items per file (item 0 is never used)
 T0 = 1_764_000_000_000  # a store timestamp, ms

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import trio
 
-from broker import stored_message
-from broker.message_id import parse_offset_msg_id
-from remoting import fastjson
+from remoting import fastjson, stored_message
 from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
+from remoting.message_id import parse_offset_msg_id
 from tests.broker.group import Group, broker_group, send_request
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import trio
 import trio.testing
 
-from broker import stored_message
 from broker.entries import encode_meta
 from broker.metadata import Metadata, TopicConfig
 from broker.state import BrokerState, Geometry
 from dledger.log.store import LogStore
+from remoting import stored_message
 from tests.node.memnet import MemoryGroup, memory_group
 
 GEOMETRY = Geometry(cq_units_per_file=64, index_slots=64, index_items=256)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.tag_hash import index_key_hash, java_string_hash, tags_code
+from remoting.tag_hash import index_key_hash, java_string_hash, tags_code
 
 JAVA = [  # (string, String.hashCode())
     ("", 0),

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import attrs
 
-from broker.errors import BadMessageId
+from remoting.errors import BadMessageId
 
 Host = tuple[str, int]
 _PORT_POSITION = struct.Struct(">iq")

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker import limits, properties
-from broker.errors import BadProperty, PropertiesTooLong
+from remoting import limits, properties
+from remoting.errors import BadProperty, PropertiesTooLong
 
 text = st.text(
     st.characters(blacklist_characters="\x01\x02", codec="utf-8"), min_size=1, max_size=30

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import limits, properties, stored_message
-from broker.errors import CorruptMessage, MessageTooLarge, PropertiesTooLong, TopicTooLong
-from broker.stored_message import MAGIC_V1, MAGIC_V2, StoredMessage
+from remoting import limits, properties, stored_message
+from remoting.errors import CorruptMessage, MessageTooLarge, PropertiesTooLong, TopicTooLong
+from remoting.stored_message import MAGIC_V1, MAGIC_V2, StoredMessage
 
 # rocketmq-remoting.md section 6: the first 112 bytes of the 203-byte "key-0" record, as seen.
 EXAMPLE_HEAD = bytes.fromhex(

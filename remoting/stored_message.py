@@ -18,11 +18,11 @@ import struct
 from typing import Any, NamedTuple
 
 import attrs
+from isal.isal_zlib import crc32  # as dledger/log/checksum.py: ISA-L, zlib's CRC-32
 
-from broker import limits
-from broker import properties as props
-from broker.errors import CorruptMessage, MessageTooLarge, PropertiesTooLong, TopicTooLong
-from dledger.log.checksum import crc32
+from remoting import limits
+from remoting import properties as props
+from remoting.errors import CorruptMessage, MessageTooLarge, PropertiesTooLong, TopicTooLong
 
 # Stored message, V1 magic, IPv4 hosts. Big-endian. Spec: docs/formats.md#stored-message;
 # change both or neither. IPv6 hosts are 16 + 4 bytes each and shift everything after them.
@@ -46,7 +46,7 @@ from dledger.log.checksum import crc32
 # 88+n   1 topic_length                  t (V2: 2 bytes)
 #        t topic                         UTF-8
 #        2 properties_length             p, int16, <= 32767
-#        p properties                    key \x01 value \x02 ... (broker/properties.py)
+#        p properties                    key \x01 value \x02 ... (remoting/properties.py)
 # store_size = 91 + n + t + p (V1, IPv4 hosts)
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -119,7 +119,7 @@ class DispatchFields(NamedTuple):
     sys_flag: int
     store_timestamp_ms: int
     topic: str
-    properties: bytes  # the raw properties string: look keys up with broker.properties.find
+    properties: bytes  # the raw properties string: look keys up with remoting.properties.find
 
 
 def _host_bytes(host: Host, v6: bool) -> bytes:

@@ -13,8 +13,8 @@ properties the broker writes itself.
 
 from __future__ import annotations
 
-from broker import limits
-from broker.errors import BadProperty, PropertiesTooLong
+from remoting import limits
+from remoting.errors import BadProperty, PropertiesTooLong
 
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"

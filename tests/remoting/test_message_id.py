@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.errors import BadMessageId
-from broker.message_id import (
+from remoting.errors import BadMessageId
+from remoting.message_id import (
     UniqIdGenerator,
     month_start_ms,
     offset_msg_id,
