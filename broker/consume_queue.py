@@ -147,9 +147,13 @@ class ConsumeQueue:
         """Add the unit for `queue_offset`, which must be max_queue_offset (or anything >= 0 for
         a queue that never held a unit)."""
         if queue_offset != self._max:
-            assert self._any_start and queue_offset >= 0, (
+            assert self._any_start and queue_offset >= self._max, (
                 f"queue offset {queue_offset} appended to {self.directory}, expected {self._max}"
             )
+            if self._starts:  # emptied by retention: what is kept holds no readable unit
+                self.flush()
+                while self._starts:
+                    self._drop_last_file()
             self._min = self._max = queue_offset
         assert _valid(physical_offset, size), (physical_offset, size)
         write = self._write
@@ -229,6 +233,26 @@ class ConsumeQueue:
             else:
                 low = mid + 1
         self.truncate_after(low - 1)
+
+    def delete_before_position(self, physical_offset: int) -> int:
+        """The log below `physical_offset` is gone (retention): the queue now starts at its
+        first unit at or after it, as RocketMQ's correctMinOffset moves minLogicOffset, and the
+        files all of whose units lie below are deleted (never the last). Returns how many files
+        went."""
+        low, high = self._min, self._max  # units are in ascending physical offset
+        while low < high:
+            mid = (low + high) // 2
+            if self.get(mid).physical_offset >= physical_offset:
+                high = mid
+            else:
+                low = mid + 1
+        deleted = self.delete_before(low)
+        self._min = max(self._min, low)
+        if self._min == self._max:
+            # Empty: the next message may come at a higher queue offset (this replica's log
+            # restarted past messages it never held, DLedger's follower reset).
+            self._any_start = True
+        return deleted
 
     def delete_before(self, queue_offset: int) -> int:
         """Delete the files all of whose units are below `queue_offset`, never the last one
@@ -376,6 +400,10 @@ class ConsumeQueueSet:
         """Drop, in every queue, the units of messages at or after `physical_offset`."""
         for queue in self._queues.values():
             queue.truncate_from_position(physical_offset)
+
+    def delete_before_position(self, physical_offset: int) -> int:
+        """Retention in every queue (ConsumeQueue.delete_before_position); files deleted."""
+        return sum(q.delete_before_position(physical_offset) for q in self._queues.values())
 
     def flush(self) -> None:
         run_flush(self.flush_plan())

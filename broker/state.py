@@ -142,6 +142,22 @@ class BrokerState:
             # with no checkpoint and a log that does not start at 1, what came before is only
             # known from the next snapshot entry
             self.metadata_complete = saved is not None or self.store.first_index <= 1
+        # derived files may outlive the log's head (a crash between the two deletions)
+        self.log_trimmed(self.store.start.position)
+
+    def log_trimmed(self, first_position: int) -> None:
+        """The log below byte `first_position` is gone (the node's retention, or a follower's
+        log restarted past entries it never held): derived files follow it. Each queue then
+        starts at its first message at or after it; files holding only older messages go."""
+        queue_files = self.queues.delete_before_position(first_position)
+        index_files = self.index.delete_before_position(first_position)
+        if queue_files or index_files:
+            log.info(
+                "log now starts at byte %d: deleted %d ConsumeQueue and %d IndexFile files",
+                first_position,
+                queue_files,
+                index_files,
+            )
 
     def _reindex(self, physical_offset: int, through_index: int) -> None:
         """Index again the messages from `physical_offset` up to entry `through_index` (the

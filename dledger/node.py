@@ -77,6 +77,15 @@ class StateMachine(Protocol):
     def apply(self, batch: EntryBatch) -> None: ...
 
 
+class LogTrimmedListener(Protocol):
+    """Optional, as a state machine's `log_trimmed` method: called with the byte position of
+    the log's new first entry after retention deleted its head, or after a follower's log
+    restarted at the leader's first retained entry, so files derived from the log (the
+    broker's ConsumeQueues) can let go of what they point at below it."""
+
+    def __call__(self, first_position: int) -> None: ...
+
+
 class ProposalRefused(Exception):
     """A shaper's refusal of a proposal: every append in it is answered with this."""
 
@@ -236,6 +245,9 @@ class Node:
         )
         self._promises = Promises()  # acks and votes waiting for the disk
         self._shaper: ProposalShaper | None = getattr(self.state_machine, "shaper", None)
+        self._log_trimmed: LogTrimmedListener | None = getattr(
+            self.state_machine, "log_trimmed", None
+        )
         self._shaped_check: tuple[int, int, int, int] | None = None
         self._pending: list[PendingAppend] = []  # appends not yet proposed
         self._pending_entries = 0
@@ -479,6 +491,8 @@ class Node:
                     cut + 1,
                     cut,
                 )
+                if self._log_trimmed is not None:
+                    self._log_trimmed(store.start.position)
             if persist.truncate_after is not None:
                 store.truncate_after(persist.truncate_after)
                 cut = persist.truncate_after
@@ -654,6 +668,8 @@ class Node:
                 ", ".join(deleted),
                 self.store.first_index,
             )
+            if self._log_trimmed is not None:
+                self._log_trimmed(self.store.start.position)
 
     # --- reading state ---------------------------------------------------------------------------
 

@@ -206,6 +206,55 @@ def test_delete_before(tmp_path: Path) -> None:
     q.close()
 
 
+def test_delete_before_position_moves_the_start_and_deletes_whole_files(tmp_path: Path) -> None:
+    q = ConsumeQueue.open(tmp_path, UPF)
+    fill(q, 0, 10)  # physical offsets 0, 1000, ... 9000; files at 0, 4, 8
+    assert q.delete_before_position(5500) == 1  # units 0..5 point below: file 0 goes
+    assert (q.min_queue_offset, q.max_queue_offset) == (6, 10)
+    with pytest.raises(QueueOffsetOutOfRange):
+        q.get(5)  # its file is kept, but the message it points at is gone
+    assert q.get(6) == unit(6)
+    fill(q, 10, 1)  # still contiguous
+    with pytest.raises(AssertionError, match="expected 11"):
+        q.append(13, *unit(13))
+    q.close()
+    q = ConsumeQueue.open(tmp_path, UPF)  # a restart finds the file's first unit again ...
+    assert q.min_queue_offset == 4
+    q.delete_before_position(5500)  # ... and the broker moves it on at open
+    assert (q.min_queue_offset, q.max_queue_offset) == (6, 11)
+    q.close()
+
+
+def test_a_queue_emptied_by_the_log_head_takes_a_later_offset(tmp_path: Path) -> None:
+    """A follower whose log restarted past messages it never held (DLedger's reset) sees the
+    next message of a queue at a higher queue offset than its ConsumeQueue's end."""
+    q = ConsumeQueue.open(tmp_path, UPF)
+    fill(q, 0, 6)
+    assert q.delete_before_position(99_000) == 1  # every unit points below; the last file stays
+    assert (q.min_queue_offset, q.max_queue_offset) == (6, 6)
+    q.append(41, 100_000, 150, 7)
+    assert (q.min_queue_offset, q.max_queue_offset) == (41, 42)
+    assert q.get(41) == Unit(100_000, 150, 7)
+    with pytest.raises(QueueOffsetOutOfRange):
+        q.get(6)
+    with pytest.raises(AssertionError, match="expected 42"):
+        q.append(43, 101_000, 150, 7)  # contiguous again from there
+    q.close()
+    q = ConsumeQueue.open(tmp_path, UPF)
+    assert (q.min_queue_offset, q.max_queue_offset) == (41, 42)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{40 * 20:020d}"]
+    q.close()
+
+
+def test_a_queue_emptied_never_goes_back(tmp_path: Path) -> None:
+    q = ConsumeQueue.open(tmp_path, UPF)
+    fill(q, 0, 3)
+    q.delete_before_position(10_000)
+    with pytest.raises(AssertionError, match="expected 3"):
+        q.append(2, *unit(2))
+    q.close()
+
+
 def test_two_writers_write_identical_files(tmp_path: Path) -> None:
     """Two replicas applying the same messages, one restarting midway, one flushing often."""
     a, b = ConsumeQueue.open(tmp_path / "a", UPF), ConsumeQueue.open(tmp_path / "b", UPF)
