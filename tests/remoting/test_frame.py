@@ -55,6 +55,23 @@ class TestRoundTrip:
         """A JSON-header command decodes to itself."""
         assert decode_all(encode(command)) == [command]
 
+    @given(commands(SerializeType.JSON))
+    def test_json_header_bytes_are_the_json_modules(self, command: RemotingCommand) -> None:
+        """The header is written by orjson; its bytes are what json.dumps writes compactly
+        (what Java and C++ clients have always read from us)."""
+        header = {
+            "code": command.code,
+            "language": command.language,
+            "version": command.version,
+            "opaque": command.opaque,
+            "flag": command.flag,
+            "remark": command.remark,
+            "extFields": dict(command.ext_fields),
+        }
+        expected = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+        assert encode(command)[8 : 8 + len(expected)] == expected
+        assert len(encode(command)) == 8 + len(expected) + len(command.body)
+
     @given(commands(SerializeType.ROCKETMQ))
     def test_binary_header(self, command: RemotingCommand) -> None:
         """A binary-header command decodes to itself."""
