@@ -193,8 +193,8 @@ async def _scenario(cluster: LocalCluster) -> None:
     cluster.kill(victim.name, signal.SIGKILL)
     new = await leader_address(cluster, group, not_=old)
     route_moved_s = trio.current_time() - killed_at
+    # a figure, not an assertion: failover time is measured by bench.broker, not by a test
     print(f"route moved to {new} {route_moved_s * 1000:.0f} ms after the kill")
-    assert route_moved_s < 1.0, route_moved_s
     # sends go on, through the new leader and through its follower (the old leader's slave)
     slave = next(a for a in cluster.broker_addresses(group) if a not in (old, new))
     after: list[bytes] = []
