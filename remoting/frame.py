@@ -32,11 +32,12 @@ some numbers).
 
 from __future__ import annotations
 
-import orjson
 import math
 import struct
 from collections.abc import Iterator
 from typing import Any
+
+import orjson
 
 from remoting import limits
 from remoting.codes import LanguageCode, SerializeType
