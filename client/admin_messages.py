@@ -84,14 +84,16 @@ def _offset_id(msg_id: str) -> tuple[str, int] | None:
 
 
 async def _view(
-    admin: Admin, addresses: list[str], broker_name: str, physical_offset: int
+    admin: Admin, msg_id: str, physical_offset: int, replicas: list[tuple[str, str]]
 ) -> FoundMessage:
-    """VIEW_MESSAGE_BY_ID at each address in turn, until one has the message."""
+    """VIEW_MESSAGE_BY_ID at each (address, broker name) in turn, until one answers the record
+    whose offsetMsgId is `msg_id`: the same store host and position, so a replica of another
+    group that has some other message at that position is not taken for it."""
     request = RemotingCommand.request(
         RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset=physical_offset).encode()
     )
     problems = []
-    for address in addresses:
+    for address, broker_name in replicas:
         try:
             response = await admin.call(address, request, "view message")
         except BrokerUnreachable as err:
@@ -101,37 +103,54 @@ async def _view(
             problems.append(f"{address}: {response.remark}")
             continue
         records = _decode(response.body, broker_name, f"message from {address}")
-        if records and records[0].commit_log_offset == physical_offset:
+        if records and records[0].offset_msg_id == msg_id.upper():
             return FoundMessage(records[0], address)
-        problems.append(f"{address}: answered another message")
+        problems.append(f"{address}: holds another message there")
     raise MQClientError("; ".join(problems))
 
 
 async def by_id(admin: Admin, msg_id: str, topic: str | None) -> list[FoundMessage]:
-    """The message an offsetMsgId names, or those of `topic` with this UNIQ_KEY."""
+    """The message an offsetMsgId names, or those of `topic` with this UNIQ_KEY.
+
+    An offsetMsgId goes to its store host, then to the other replicas of the host's group (the
+    same message sits at the same position on each). When no name server lists the host any
+    more (a master that died and was replaced), every replica of every group is asked, and
+    only the record with that store host and position is taken. With `-t`, an id that is not
+    found as an offsetMsgId is looked up as a UNIQ_KEY."""
     msg_id = msg_id.strip()
     store = _offset_id(msg_id)
-    problems = []
-    if store is not None:
-        address, physical_offset = store
-        group = (await admin.cluster_info()).group_at(address)
-        if group is not None or not topic:
-            others = [a for a in group.addresses() if a != address] if group else []
-            try:
-                name = group.broker_name if group else ""
-                return [await _view(admin, [address, *others], name, physical_offset)]
-            except MQClientError as err:
-                problems.append(f"as an offsetMsgId: {err}")
+    if store is None and not topic:
+        raise MQClientError(
+            f"{msg_id!r} is not an offsetMsgId (32 or 56 hex digits naming a broker); "
+            "to look it up as a UNIQ_KEY give its topic with -t"
+        )
+    problems: list[str] = []
+
+    async def view(replicas: list[tuple[str, str]]) -> list[FoundMessage]:
+        assert store is not None
+        try:
+            return [await _view(admin, msg_id, store[1], replicas)]
+        except MQClientError as err:
+            problems.append(f"as an offsetMsgId: {err}")
+            return []
+
+    info = await admin.cluster_info() if store is not None else None
+    group = info.group_at(store[0]) if info is not None and store is not None else None
+    if store is not None and group is not None:  # its group's replicas hold it at that place
+        others = [a for a in group.addresses() if a != store[0]]
+        found = await view([(a, group.broker_name) for a in [store[0], *others]])
+        if found:
+            return found
     if topic:
         found = await _query(admin, topic, msg_id, 0, END_OF_TIME_MS, uniq_key=True)
         if found:
             return found
         problems.append(f"no message of topic {topic} has the UNIQ_KEY {msg_id}")
-    elif store is None:
-        raise MQClientError(
-            f"{msg_id!r} is not an offsetMsgId (32 or 56 hex digits naming a broker); "
-            "to look it up as a UNIQ_KEY give its topic with -t"
-        )
+    if store is not None and info is not None and group is None:  # a host nobody lists: all
+        everyone = [(a, n) for n in sorted(info.brokers) for a in info.brokers[n].addresses()]
+        found = await view([(store[0], ""), *everyone])
+        if found:
+            return found
     raise MQClientError(f"message {msg_id} not found: " + "; ".join(problems))
 
 

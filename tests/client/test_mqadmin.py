@@ -516,3 +516,50 @@ def test_leadership_transfer(cluster: LocalCluster, n: str) -> None:
     assert bad.code == 1 and "n0, n1, n2" in bad.one_error_line()
     unknown = mqadmin("leadershipTransfer", "-g", "broker-x", "-t", "n1", namesrv=n)
     assert unknown.code == 1 and "broker-x" in unknown.one_error_line()
+
+
+def test_commands_go_on_when_replicas_die(cluster: LocalCluster, n: str) -> None:
+    """Last in the module: it kills processes. A dead follower shows as unreachable; with a
+    group's master killed, reads go to its other replicas (a message the dead master stored is
+    found by its offsetMsgId on another), and a change goes through a follower to the new
+    leader."""
+    mqadmin(
+        "updateTopic", "-c", CLUSTER, "-t", "SurviveTopic", "-r", "2", "-w", "2", namesrv=n
+    ).lines()
+    sent = send(n, "SurviveTopic", "survives", "-b", "broker-a")
+    master = cluster.leader_name("broker-a")
+    assert master is not None
+    stored_by = cluster.brokers[master].client_addr
+    [before] = mqadmin("queryMsgById", "-i", sent["offset_msg_id"], "--json", namesrv=n).json()
+    assert before["address"] == stored_by
+
+    follower = next(
+        r for r in cluster.replicas_of("broker-b") if r.client_addr != cluster.leader_of("broker-b")
+    )
+    cluster.kill(follower.name)
+    listed = mqadmin("clusterList", "--json", namesrv=n).json()
+    dead = [m for m in listed if m["address"] == follower.client_addr]
+    assert len(dead) == 1 and dead[0]["error"] and dead[0]["runtime"] == {}
+    table = mqadmin("clusterList", namesrv=n)
+    assert [r[5] for r in rows(table.out) if r[3] == follower.client_addr] == ["unreachable"]
+
+    cluster.kill(master)
+    [found] = mqadmin("queryMsgById", "-i", sent["offset_msg_id"], "--json", namesrv=n).json()
+    assert found["message"]["body"] == "survives" and found["address"] != stored_by
+    status = mqadmin("topicStatus", "-t", "SurviveTopic", "--json", namesrv=n).json()
+    assert sum(q["max_offset"] for q in status if q["queue"]["broker_name"] == "broker-a") == 1
+    changed = mqadmin(
+        "updateTopic",
+        "-c",
+        CLUSTER,
+        "-t",
+        "SurviveTopic",
+        "-r",
+        "3",
+        "-w",
+        "3",
+        "--json",
+        namesrv=n,
+    ).json()
+    assert {c["broker_name"] for c in changed} == set(GROUPS)
+    assert stored_by not in {c["address"] for c in changed}
