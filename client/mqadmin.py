@@ -86,6 +86,8 @@ def parse(argv: list[str]) -> tuple[Command, argparse.Namespace] | str:
             return overview()
         name, rest = rest[0], ["-h"]
     command = BY_NAME.get(name)
+    if command is None and name.startswith("-"):
+        raise UsageError(f"{PROG}: the command comes first: {PROG} <command> {name} ...")
     if command is None:
         raise UsageError(f"{PROG}: unknown command {name!r} ('{PROG} -h' lists the commands)")
     return command, command_parser(command).parse_args(rest)

@@ -126,6 +126,7 @@ def test_overview_lists_every_command_and_each_has_help() -> None:
     ("args", "words"),
     [
         (("noSuchCommand",), ["unknown command", "noSuchCommand"]),
+        (("-n", "127.0.0.1:9876", "topicList"), ["the command comes first"]),
         (("topicStatus",), ["topicStatus", "-t/--topic", "required"]),
         (("updateTopic", "-c", CLUSTER), ["-t/--topic", "required"]),
         (("updateTopic", "-t", "T"), ["-c/--clusterName", "-b/--brokerAddr"]),
