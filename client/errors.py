@@ -24,6 +24,8 @@ class MQBrokerError(MQClientError):
     code: int
     remark: str
     broker: str = ""  # the address that answered
+    # what every attempt of the operation saw, when there were several (a producer's retries)
+    causes: list[str] = attrs.field(factory=list)
 
     def __str__(self) -> str:
         try:
@@ -31,7 +33,10 @@ class MQBrokerError(MQClientError):
         except ValueError:
             name = f"code {self.code}"
         at = f" from {self.broker}" if self.broker else ""
-        return f"{name}({self.code}){at}: {self.remark}"
+        text = f"{name}({self.code}){at}: {self.remark}"
+        if self.causes:
+            text += " (every attempt: " + "; ".join(self.causes) + ")"
+        return text
 
 
 @attrs.define
@@ -71,6 +76,18 @@ class SendOutcomeUnknown(MQClientError):
             f"send to {self.topic!r} has an unknown outcome ({self.cause}): the message may have "
             f"been stored; its UNIQ_KEY is {self.uniq_key}, dedupe by it if you send it again"
         )
+
+
+@attrs.define
+class InvalidMessage(MQClientError):
+    """A message (or a producer setting) the client refuses before anything is sent, as a
+    RocketMQ client's Validators do: `field` names what is wrong ("topic", "body", ...)."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"invalid {self.field}: {self.reason}"
 
 
 class ClientClosed(MQClientError):
