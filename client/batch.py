@@ -1,5 +1,6 @@
 """SEND_BATCH_MESSAGE bodies: the splitter that cuts a list of messages into batches, and the
-record format the messages of one batch are concatenated in (docs/formats.md#batch-body).
+record format the messages of one batch are concatenated in (docs/formats.md#batch-body has
+the same table; change both or neither).
 
 A batch body is these records back to back (MessageDecoder.encodeMessage in RocketMQ 4.x):
 

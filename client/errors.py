@@ -63,9 +63,10 @@ class BrokerUnreachable(MQClientError):
 
 @attrs.define
 class SendOutcomeUnknown(MQClientError):
-    """The last attempt of a send got no answer (a timeout or a dropped connection after the
-    request went out): the message may be stored. Dedupe by `uniq_key` (the message's UNIQ_KEY,
-    which a consumer sees as `MessageExt.msg_id`)."""
+    """An attempt of a send got no answer (a timeout, or a connection that closed after the
+    request went out) and no attempt stored it: the message may be stored. Dedupe by
+    `uniq_key` (the message's UNIQ_KEY, which a consumer sees as `MessageExt.msg_id`); to send
+    it again under the same id, put it in the message's properties as "UNIQ_KEY"."""
 
     topic: str
     uniq_key: str

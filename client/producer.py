@@ -21,6 +21,7 @@ BrokerUnreachable when none could be reached; InvalidMessage before anything is 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -39,7 +40,7 @@ from client.errors import (
     NoRouteError,
 )
 from client.fault import FaultTracker
-from client.instance import TRANSPORT_FAILURES, ClientInstance, open_instance
+from client.instance import TRANSPORT_FAILURES, ClientInstance, open_instance, parse_namesrv
 from client.message import Message, MessageQueue
 from client.route import TopicRoute
 from client.selectors import RoundRobin, Selector
@@ -129,6 +130,10 @@ class AsyncProducer:
             raise InvalidMessage("retry_times", f"{retry_times}, not 0..{limits.RETRY_TIMES_MAX}")
         if not send_timeout > 0:
             raise InvalidMessage("send_timeout", f"{send_timeout}, not a positive number of s")
+        try:
+            parse_namesrv(namesrv)
+        except ValueError as err:
+            raise InvalidMessage("namesrv", f"{namesrv!r}: {err}") from err
         self.group = group
         self.namesrv = namesrv
         self.retry_times = retry_times
@@ -396,8 +401,9 @@ class AsyncProducer:
         failures: list[GroupFailure] = []
         backoff_s = limits.SAME_GROUP_BACKOFF_S_MIN
         for _ in range(1 + self.retry_times):
-            if tried:
-                found = await self._writable(outgoing.topic, deadline)
+            if tried:  # the route may have changed; without an answer, keep the last one
+                with contextlib.suppress(NoRouteError):
+                    found = await self._writable(outgoing.topic, deadline)
             queue = self._round_robin.pick(found.queues, self.tracker, tried)
             if queue.broker_name in tried:  # no other group: give this one a moment
                 await self._wait_route_change(found.route.topic, backoff_s, deadline)

@@ -99,28 +99,39 @@ def prepare_batches(messages: Sequence[Message], ids: UniqIdGenerator) -> list[O
     ]
 
 
+# SEND_MESSAGE_V2's one-letter names ("a" producerGroup, "b" topic, ...), read from the header
+# class that declares them, so the fields below are built without its general encoder.
+_V2 = {f.name: f.metadata["v2"] for f in attrs.fields(SendMessageRequestHeader)}
+
+
 def request(
     group: str, outgoing: Outgoing, queue_id: int, *, oneway: bool = False
 ) -> RemotingCommand:
-    """The request that sends `outgoing` to queue `queue_id` of the broker it goes to."""
-    header = SendMessageRequestHeader(
-        producer_group=group,
-        topic=outgoing.topic,
-        default_topic=limits.DEFAULT_TOPIC,
-        default_topic_queue_nums=limits.DEFAULT_TOPIC_QUEUES,
-        queue_id=queue_id,
-        sys_flag=outgoing.sys_flag,
-        born_timestamp=time.time_ns() // 1_000_000,
-        flag=outgoing.flag,
-        properties=outgoing.properties if not outgoing.is_batch else None,
-        reconsume_times=0,
-        unit_mode=False,
-        batch=True if outgoing.is_batch else None,
-    )
-    code = RequestCode.SEND_BATCH_MESSAGE if outgoing.is_batch else RequestCode.SEND_MESSAGE_V2
-    return RemotingCommand.request(
-        code, header.encode(short_names=True), outgoing.body, oneway=oneway
-    )
+    """The request that sends `outgoing` to queue `queue_id` of the broker it goes to: the
+    fields SendMessageRequestHeader(...).encode(short_names=True) gives, built directly (this
+    runs once per attempt of every send)."""
+    fields = {
+        _V2["producer_group"]: group,
+        _V2["topic"]: outgoing.topic,
+        _V2["default_topic"]: limits.DEFAULT_TOPIC,
+        _V2["default_topic_queue_nums"]: _DEFAULT_TOPIC_QUEUES_TEXT,
+        _V2["queue_id"]: str(queue_id),
+        _V2["sys_flag"]: str(outgoing.sys_flag),
+        _V2["born_timestamp"]: str(time.time_ns() // 1_000_000),
+        _V2["flag"]: str(outgoing.flag),
+        _V2["reconsume_times"]: "0",
+        _V2["unit_mode"]: "false",
+    }
+    if outgoing.is_batch:
+        fields[_V2["batch"]] = "true"
+        code = RequestCode.SEND_BATCH_MESSAGE
+    else:
+        fields[_V2["properties"]] = outgoing.properties
+        code = RequestCode.SEND_MESSAGE_V2
+    return RemotingCommand.request(code, fields, outgoing.body, oneway=oneway)
+
+
+_DEFAULT_TOPIC_QUEUES_TEXT = str(limits.DEFAULT_TOPIC_QUEUES)
 
 
 def outcome_unknown(response: RemotingCommand) -> bool:

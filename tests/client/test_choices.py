@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from client import limits
+from client import AsyncProducer, Producer, limits
 from client.errors import InvalidMessage
 from client.fault import FaultTracker, avoid_for_s
 from client.message import Message, MessageQueue
@@ -68,6 +68,17 @@ class TestValidation:
     def test_a_bad_delay_level_is_refused(self) -> None:
         with pytest.raises(InvalidMessage, match="delay_level"):
             check_message(Message("T", b"x", delay_level=19))
+
+    def test_producer_settings(self) -> None:
+        """A producer refuses bad settings when made, not at its first send."""
+        with pytest.raises(InvalidMessage, match="namesrv"):
+            AsyncProducer("pg", "")
+        with pytest.raises(InvalidMessage, match="retry_times"):
+            Producer("pg", "127.0.0.1:9876", retry_times=-1)
+        with pytest.raises(InvalidMessage, match="send_timeout"):
+            AsyncProducer("pg", send_timeout=0)
+        with pytest.raises(InvalidMessage, match="producer group"):
+            Producer("bad group")
 
     def test_group_names(self) -> None:
         """A producer group follows the topic's characters, up to 255."""
