@@ -17,6 +17,11 @@ What a send ends with: a SendResult (SEND_OK, or a "stored, not durable enough" 
 retried); SendOutcomeUnknown when an attempt went out without an answer and none succeeded
 (the message may be stored: dedupe by its UNIQ_KEY); MQBrokerError when brokers refused it;
 BrokerUnreachable when none could be reached; InvalidMessage before anything is sent.
+
+The send path's pieces live apart: the wire (send_request.py), one attempt on one group
+(attempts.py), the queues of a topic (write_queues.py), the picker and the tracker
+(selectors.py, fault.py). This module keeps the retry loops and the producer's life in one
+place, which is why it is a little over 400 lines.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-import attrs
 import trio
 
 from client import limits
@@ -42,11 +46,11 @@ from client.errors import (
 from client.fault import FaultTracker
 from client.instance import TRANSPORT_FAILURES, ClientInstance, open_instance, parse_namesrv
 from client.message import Message, MessageQueue
-from client.route import TopicRoute
 from client.selectors import RoundRobin, Selector
 from client.send_request import Outgoing, prepare, prepare_batches, request
 from client.send_result import SendResult
 from client.validation import check_group, check_message
+from client.write_queues import TopicWriteQueues, WriteQueues
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import ConnectionClosed
@@ -83,31 +87,6 @@ class _InFlight:
         self._room = trio.Event()
 
 
-@attrs.frozen
-class _Queues:
-    """The write queues of a topic and the route they came from."""
-
-    route: TopicRoute  # the topic's own, or TBW102's when the topic is not known yet
-    queues: list[MessageQueue]
-
-    @property
-    def via_default(self) -> bool:
-        return self.route.topic == limits.DEFAULT_TOPIC
-
-
-def _default_queues(topic: str, default: TopicRoute) -> list[MessageQueue]:
-    """A new topic's queues: TBW102's groups, at most DEFAULT_TOPIC_QUEUES queues each."""
-    capped = tuple(
-        attrs.evolve(
-            q,
-            read_queue_nums=min(limits.DEFAULT_TOPIC_QUEUES, q.read_queue_nums),
-            write_queue_nums=min(limits.DEFAULT_TOPIC_QUEUES, q.write_queue_nums),
-        )
-        for q in default.queue_datas
-    )
-    return TopicRoute(topic, capped, default.broker_datas).write_queues()
-
-
 class AsyncProducer:
     """A producer for trio code; use it as `async with AsyncProducer(group, namesrv) as p:`.
 
@@ -141,7 +120,7 @@ class AsyncProducer:
         self.instance_name = instance_name
         self.tracker = FaultTracker()
         self._round_robin = RoundRobin()
-        self._queues: dict[str, _Queues] = {}
+        self._write_queues = TopicWriteQueues(self._live)
         self._refresh_pending: set[str] = set()
         self._created: set[str] = set()  # topics a send of ours had the broker auto-create
         self._in_flight = _InFlight(limits.ASYNC_SENDS_MAX, limits.ASYNC_SEND_BYTES_MAX)
@@ -275,7 +254,7 @@ class AsyncProducer:
         check_message(message)
         outgoing = prepare(message, instance.uniq_ids)
         deadline = trio.current_time() + self.send_timeout
-        found = await self._writable(outgoing.topic, deadline)
+        found = await self._write_queues.find(outgoing.topic, deadline)
         queue = self._round_robin.pick(found.queues, self.tracker, ())
         causes: list[str] = []
         for address in instance.broker_addresses(queue.broker_name):
@@ -375,7 +354,7 @@ class AsyncProducer:
         arg: Any,
         deadline: float,
     ) -> SendResult:
-        found = await self._writable(outgoing.topic, deadline)
+        found = await self._write_queues.find(outgoing.topic, deadline)
         if selector is None:
             result = await self._send_any_queue(outgoing, found, deadline)
         else:
@@ -394,7 +373,7 @@ class AsyncProducer:
         return result
 
     async def _send_any_queue(
-        self, outgoing: Outgoing, found: _Queues, deadline: float
+        self, outgoing: Outgoing, found: WriteQueues, deadline: float
     ) -> SendResult:
         """Up to 1 + retry_times attempts, each on a group not tried yet while there is one."""
         tried: list[str] = []
@@ -403,7 +382,7 @@ class AsyncProducer:
         for _ in range(1 + self.retry_times):
             if tried:  # the route may have changed; without an answer, keep the last one
                 with contextlib.suppress(NoRouteError):
-                    found = await self._writable(outgoing.topic, deadline)
+                    found = await self._write_queues.find(outgoing.topic, deadline)
             queue = self._round_robin.pick(found.queues, self.tracker, tried)
             if queue.broker_name in tried:  # no other group: give this one a moment
                 await self._wait_route_change(found.route.topic, backoff_s, deadline)
@@ -420,7 +399,7 @@ class AsyncProducer:
         raise send_error(f"send to topic {outgoing.topic!r}", outgoing, failures)
 
     async def _send_one_queue(
-        self, outgoing: Outgoing, queue: MessageQueue, found: _Queues, deadline: float
+        self, outgoing: Outgoing, queue: MessageQueue, found: WriteQueues, deadline: float
     ) -> SendResult:
         """An ordered send: this queue only, again and again until the send timeout."""
         failures: list[GroupFailure] = []
@@ -437,7 +416,7 @@ class AsyncProducer:
         raise send_error(f"ordered send to {queue}", outgoing, failures)
 
     async def _attempt(
-        self, outgoing: Outgoing, queue: MessageQueue, found: _Queues, deadline: float
+        self, outgoing: Outgoing, queue: MessageQueue, found: WriteQueues, deadline: float
     ) -> SendResult:
         instance = self._live()
         try:
@@ -455,55 +434,6 @@ class AsyncProducer:
             await self._live().wait_route_change(topic)
 
     # --- routes ----------------------------------------------------------------------------
-
-    async def _writable(self, topic: str, deadline: float) -> _Queues:
-        """The topic's write queues: from its route, else (a topic no namesrv knows yet) from
-        TBW102's, so that the first send makes the broker create it."""
-        instance = self._live()
-        route = instance.cached_route(topic)
-        if route is None:
-            route = await self._ask(topic, deadline)
-        if route is not None:
-            found = self._queues_of(topic, route)
-            if not found.queues:
-                raise NoRouteError(
-                    topic,
-                    "its route has no writable queue (no broker group grants write "
-                    "permission to it); see mqadmin topicRoute",
-                )
-            return found
-        default = instance.cached_route(limits.DEFAULT_TOPIC) or await self._ask(
-            limits.DEFAULT_TOPIC, deadline
-        )
-        if default is None:
-            raise NoRouteError(
-                topic,
-                f"no namesrv knows it, nor {limits.DEFAULT_TOPIC}, the template brokers create "
-                "topics from on first send (is autoCreateTopicEnable off?); create it with "
-                "mqadmin updateTopic",
-            )
-        found = self._queues_of(topic, default)
-        if not found.queues:
-            raise NoRouteError(
-                topic, f"no namesrv knows it, and no broker group lets {limits.DEFAULT_TOPIC} write"
-            )
-        return found
-
-    def _queues_of(self, topic: str, route: TopicRoute) -> _Queues:
-        found = self._queues.get(topic)
-        if found is None or found.route is not route:
-            if route.topic == topic:
-                queues = route.write_queues()
-            else:
-                queues = _default_queues(topic, route)
-            found = self._queues[topic] = _Queues(route, queues)
-        return found
-
-    async def _ask(self, topic: str, deadline: float) -> TopicRoute | None:
-        """The namesrvs' route for `topic` now (None: they do not know it), within the send."""
-        with trio.move_on_at(deadline):
-            return await self._live().refresh(topic)
-        raise NoRouteError(topic, "no namesrv answered within the send timeout")
 
     def _refresh_soon(self, topic: str) -> None:
         """Ask the namesrvs for `topic`'s route now, in the background; one at a time."""

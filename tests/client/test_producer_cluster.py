@@ -294,6 +294,7 @@ async def test_sends_through_a_leader_kill(cluster: LocalCluster) -> None:
     failed = [o for o in outcomes if o.result is None]
     longest_s = max(o.ended - o.started for o in outcomes)
     gaps = [b.ended - a.ended for a, b in itertools.pairwise(acked)]
+    widest = max(itertools.pairwise(acked), key=lambda p: p[1].ended - p[0].ended)
     ordered_gap_s = 0.0  # the longest an ordered key went without an acknowledgement
     for key in keys:
         window = (killed_at - 0.5, start + run_s)
@@ -304,10 +305,13 @@ async def test_sends_through_a_leader_kill(cluster: LocalCluster) -> None:
         f"{len(outcomes)} sends, {len(acked)} acknowledged, {len(failed)} failed, "
         f"longest send {longest_s:.3f} s, longest gap between acks {max(gaps):.3f} s, "
         f"longest gap of an ordered key around the kill {ordered_gap_s:.3f} s; "
+        f"the widest gap ended {widest[1].ended - killed_at:+.3f} s from the kill; "
         f"failures: {failed[:3]}"
     )
     assert longest_s < timeout_s + 0.5
-    assert max(gaps) < 1.0  # broker-b keeps taking the round-robin sends
+    # broker-b keeps taking the round-robin sends: no gap comes near a send timeout (waiting
+    # on broker-a would). Gaps of ~0.5 s show up on a CPU-starved shared host.
+    assert max(gaps) < 2.0
     assert ordered_gap_s < timeout_s  # broker-a elected a leader; the keys' sends went on
     assert await leader_address(cluster, "broker-a") != old_leader
 
