@@ -2,5 +2,39 @@
 
 client/instance.py is what every producer and consumer runs on (routes from any namesrv,
 one connection per broker address, heartbeats); client/blocking.py runs the trio API on a
-thread of its own for the blocking API. The DLedger client is dledger.client.
+thread of its own for the blocking API. The producer: client/producer.py (trio) and
+client/blocking_producer.py (blocking), docs/client.md. The DLedger client is dledger.client.
 """
+
+from client.blocking_producer import Producer
+from client.errors import (
+    BrokerUnreachable,
+    ClientClosed,
+    InvalidMessage,
+    MQBrokerError,
+    MQClientError,
+    NoRouteError,
+    SendOutcomeUnknown,
+)
+from client.message import Message, MessageExt, MessageQueue
+from client.producer import AsyncProducer
+from client.selectors import hash_selector
+from client.send_result import SendResult, SendStatus
+
+__all__ = [
+    "AsyncProducer",
+    "BrokerUnreachable",
+    "ClientClosed",
+    "InvalidMessage",
+    "MQBrokerError",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "NoRouteError",
+    "Producer",
+    "SendOutcomeUnknown",
+    "SendResult",
+    "SendStatus",
+    "hash_selector",
+]

@@ -24,6 +24,8 @@ class MQBrokerError(MQClientError):
     code: int
     remark: str
     broker: str = ""  # the address that answered
+    # what every attempt of the operation saw, when there were several (a producer's retries)
+    causes: list[str] = attrs.field(factory=list)
 
     def __str__(self) -> str:
         try:
@@ -31,7 +33,10 @@ class MQBrokerError(MQClientError):
         except ValueError:
             name = f"code {self.code}"
         at = f" from {self.broker}" if self.broker else ""
-        return f"{name}({self.code}){at}: {self.remark}"
+        text = f"{name}({self.code}){at}: {self.remark}"
+        if self.causes:
+            text += " (every attempt: " + "; ".join(self.causes) + ")"
+        return text
 
 
 @attrs.define
@@ -58,9 +63,10 @@ class BrokerUnreachable(MQClientError):
 
 @attrs.define
 class SendOutcomeUnknown(MQClientError):
-    """The last attempt of a send got no answer (a timeout or a dropped connection after the
-    request went out): the message may be stored. Dedupe by `uniq_key` (the message's UNIQ_KEY,
-    which a consumer sees as `MessageExt.msg_id`)."""
+    """An attempt of a send got no answer (a timeout, or a connection that closed after the
+    request went out) and no attempt stored it: the message may be stored. Dedupe by
+    `uniq_key` (the message's UNIQ_KEY, which a consumer sees as `MessageExt.msg_id`); to send
+    it again under the same id, put it in the message's properties as "UNIQ_KEY"."""
 
     topic: str
     uniq_key: str
@@ -71,6 +77,18 @@ class SendOutcomeUnknown(MQClientError):
             f"send to {self.topic!r} has an unknown outcome ({self.cause}): the message may have "
             f"been stored; its UNIQ_KEY is {self.uniq_key}, dedupe by it if you send it again"
         )
+
+
+@attrs.define
+class InvalidMessage(MQClientError):
+    """A message (or a producer setting) the client refuses before anything is sent, as a
+    RocketMQ client's Validators do: `field` names what is wrong ("topic", "body", ...)."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"invalid {self.field}: {self.reason}"
 
 
 class ClientClosed(MQClientError):

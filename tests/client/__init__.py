@@ -1,0 +1,1 @@
+"""Tests of client/: the producer against fake brokers and against a real local cluster."""

@@ -1,0 +1,175 @@
+"""One attempt of a send: one broker group, through its replicas, and what each one said.
+
+An attempt tries the group's addresses in turn, the master first (ClientInstance.
+broker_addresses): every replica of our broker forwards a write to its Raft leader, so any of
+them stores the message while the route still names a dead master, and a RocketMQ slave that
+refuses (SERVICE_NOT_AVAILABLE) leaves the master to try. Each address's request ends one of
+three ways, and the difference is what the application is told in the end:
+
+- stored: an answer with SUCCESS or one of the "stored, not durable enough" codes;
+- refused (surely not stored): the connection could not be made, or the broker answered with
+  another code;
+- unknown (maybe stored): the request went out and no answer came (a timeout, or the
+  connection closed after it was written), or our broker answered that the write's commit
+  is unknown.
+
+`send_error` turns the failures of every attempt of a send into the exception it raises:
+SendOutcomeUnknown if any attempt may have stored the message, else MQBrokerError when a
+broker refused it, else BrokerUnreachable.
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from client.connections import CONNECT_TIMEOUT_S
+from client.errors import BrokerUnreachable, MQBrokerError, MQClientError, SendOutcomeUnknown
+from client.instance import ClientInstance
+from client.message import MessageQueue
+from client.send_request import (
+    RETRYABLE_CODES,
+    Outgoing,
+    outcome_unknown,
+    request,
+    stored_result,
+)
+from client.send_result import SendResult
+from remoting.codes import ResponseCode
+from remoting.command import RemotingCommand
+from remoting.errors import ConnectionClosed, RequestTimeout
+
+REQUEST_S_MIN = 0.01  # a request is not begun with less of the send timeout left than this
+
+
+@attrs.frozen
+class ReplicaFailure:
+    """What one address of a group did with one request."""
+
+    address: str
+    reason: str  # "cannot connect: ...", "SERVICE_NOT_AVAILABLE(14): ...", "no answer in 3 s"
+    unknown: bool = False  # the request went out and may have been stored
+    code: int | None = None  # the broker's answer, when it refused
+    remark: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.address} {self.reason}"
+
+
+@attrs.define
+class GroupFailure(Exception):
+    """Every address of a group tried by one attempt failed (or the time ran out)."""
+
+    broker_name: str
+    replicas: tuple[ReplicaFailure, ...]
+    final: bool = False  # a refusal another try cannot change (MESSAGE_ILLEGAL, ...)
+    note: str = ""  # why fewer addresses than the group has were tried
+
+    @property
+    def unknown(self) -> bool:
+        return any(r.unknown for r in self.replicas)
+
+    def __str__(self) -> str:
+        parts = [str(r) for r in self.replicas]
+        if self.note:
+            parts.append(self.note)
+        if self.final:
+            return f"{self.broker_name}: refused: " + "; ".join(parts)
+        return f"{self.broker_name}: every replica refused or was unreachable: " + "; ".join(parts)
+
+
+def _refusal(address: str, response: RemotingCommand) -> ReplicaFailure:
+    try:
+        name = ResponseCode(response.code).name
+    except ValueError:
+        name = "code"
+    return ReplicaFailure(
+        address,
+        f"answered {name}({response.code}): {response.remark}",
+        code=response.code,
+        remark=response.remark,
+    )
+
+
+async def request_once(
+    instance: ClientInstance, address: str, command: RemotingCommand, timeout_s: float
+) -> RemotingCommand | ReplicaFailure:
+    """The answer of `address`, or why there is none (refused before sending, or unknown)."""
+    started = trio.current_time()
+    try:
+        with trio.fail_after(min(CONNECT_TIMEOUT_S, timeout_s)):
+            conn = await instance.pool.get(address, min(CONNECT_TIMEOUT_S, timeout_s))
+    except (OSError, trio.TooSlowError, ValueError) as err:
+        reason = str(err) or type(err).__name__
+        return ReplicaFailure(address, f"cannot connect: {reason}")
+    if conn.closed:
+        return ReplicaFailure(address, "the connection closed before the request was sent")
+    left_s = timeout_s - (trio.current_time() - started)
+    if left_s <= 0:
+        return ReplicaFailure(address, "connected, but the send timeout ran out before sending")
+    try:
+        return await conn.request(command, left_s)
+    except RequestTimeout:
+        instance.pool.drop(address)  # it may be half dead; the next request connects again
+        return ReplicaFailure(address, f"sent, but no answer within {left_s:.3g} s", unknown=True)
+    except ConnectionClosed as err:
+        return ReplicaFailure(
+            address,
+            f"sent, but the connection closed before the answer ({err.reason})",
+            unknown=True,
+        )
+
+
+async def attempt(
+    instance: ClientInstance,
+    group: str,
+    outgoing: Outgoing,
+    queue: MessageQueue,
+    deadline: float,
+) -> tuple[SendResult, float]:
+    """Send `outgoing` to `queue` through the first replica of its group that stores it:
+    the result and the latency of the request that stored it. Raises GroupFailure."""
+    addresses = instance.broker_addresses(queue.broker_name)
+    if not addresses:
+        raise GroupFailure(queue.broker_name, (), note="the route names no address for it")
+    failures: list[ReplicaFailure] = []
+    for address in addresses:
+        left_s = deadline - trio.current_time()
+        if left_s < REQUEST_S_MIN:
+            raise GroupFailure(
+                queue.broker_name,
+                tuple(failures),
+                note=f"the send timeout ran out before {address} was tried",
+            )
+        started = trio.current_time()
+        answer = await request_once(
+            instance, address, request(group, outgoing, queue.queue_id), left_s
+        )
+        if isinstance(answer, ReplicaFailure):
+            failures.append(answer)
+            continue
+        result = stored_result(answer, queue, outgoing)
+        if result is not None:
+            return result, trio.current_time() - started
+        if outcome_unknown(answer):
+            failures.append(attrs.evolve(_refusal(address, answer), unknown=True, code=None))
+            continue
+        failures.append(_refusal(address, answer))
+        if answer.code not in RETRYABLE_CODES:
+            raise GroupFailure(queue.broker_name, tuple(failures), final=True)
+    raise GroupFailure(queue.broker_name, tuple(failures))
+
+
+def send_error(what: str, outgoing: Outgoing, failures: list[GroupFailure]) -> MQClientError:
+    """The exception a send whose every attempt failed raises: `failures` in attempt order."""
+    causes = [str(f) for f in failures]
+    if any(f.unknown for f in failures):
+        return SendOutcomeUnknown(outgoing.topic, outgoing.uniq_key, "; ".join(causes))
+    refusals = [r for f in failures for r in f.replicas if r.code is not None]
+    if refusals:
+        last = refusals[-1]
+        assert last.code is not None
+        return MQBrokerError(last.code, last.remark, last.address, causes)
+    if not causes:
+        causes = ["the send timeout ran out before any broker was tried"]
+    return BrokerUnreachable(what, causes)

@@ -1,0 +1,68 @@
+"""The latency and fault tracker: which broker groups a producer avoids for a while
+(RocketMQ's MQFaultStrategy with LatencyFaultTolerance).
+
+Every answer records its latency against the broker group (broker name) that gave it; a slow
+answer makes the producer avoid the group for a time that grows with the latency
+(limits.LATENCY_STEPS_S -> limits.AVOID_STEPS_S), a failure (no answer, a refusal) for
+limits.FAILURE_AVOID_S, and a quick answer ends the avoidance at once. The queue picker
+(client/selectors.py) skips avoided groups while another is left, and otherwise takes the
+group whose avoidance ends first. Time comes from the clock given (trio's by default), so
+tests drive it by hand.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable
+
+import trio
+
+from client import limits
+
+
+def avoid_for_s(latency_s: float) -> float:
+    """How long an answer that took `latency_s` makes the producer avoid its group."""
+    step = bisect.bisect_right(limits.LATENCY_STEPS_S, latency_s)  # steps it reached
+    return limits.AVOID_STEPS_S[step - 1] if step else 0.0
+
+
+class FaultTracker:
+    def __init__(self, clock: Callable[[], float] = trio.current_time) -> None:
+        self._clock = clock
+        self._avoid_until: dict[str, float] = {}  # broker name -> clock time
+
+    def answered(self, broker_name: str, latency_s: float) -> None:
+        """An answer (a stored message) came back from the group after `latency_s`."""
+        avoid = avoid_for_s(latency_s)
+        if avoid > 0:
+            self._avoid_until[broker_name] = self._clock() + avoid
+        else:
+            self._avoid_until.pop(broker_name, None)
+
+    def failed(self, broker_name: str) -> None:
+        """The group refused, was unreachable, or did not answer in time."""
+        self._avoid_until[broker_name] = self._clock() + limits.FAILURE_AVOID_S
+
+    def available(self, broker_name: str) -> bool:
+        until = self._avoid_until.get(broker_name)
+        if until is None:
+            return True
+        if self._clock() >= until:
+            del self._avoid_until[broker_name]
+            return True
+        return False
+
+    def least_avoided(self, broker_names: Iterable[str]) -> str | None:
+        """Of these groups, the one whose avoidance ends first (ties: the first given)."""
+        best: str | None = None
+        best_until = 0.0
+        for name in broker_names:
+            until = self._avoid_until.get(name, 0.0)
+            if best is None or until < best_until:
+                best, best_until = name, until
+        return best
+
+    def avoided(self) -> dict[str, float]:
+        """Groups avoided now, with the seconds left (for logs and tests)."""
+        now = self._clock()
+        return {n: u - now for n, u in self._avoid_until.items() if u > now}

@@ -1,0 +1,55 @@
+"""Every bound of the producer, in one place, unit last, with its reason.
+
+The relations at the bottom keep the numbers consistent with each other and with remoting/.
+"""
+
+from __future__ import annotations
+
+from remoting import limits as remoting_limits
+
+KiB, MiB = 1 << 10, 1 << 20
+
+# --- messages (RocketMQ's Validators) -------------------------------------------------------------
+MESSAGE_BODY_BYTES_MAX = 4 * MiB  # DefaultMQProducer.maxMessageSize, checked before compression
+TOPIC_CHARS_MAX = 127  # Validators.TOPIC_MAX_LENGTH: the stored record's topic length is one byte
+GROUP_CHARS_MAX = 255  # Validators.CHARACTER_MAX_LENGTH for a producer group
+
+# --- sending ---------------------------------------------------------------------------------------
+SEND_TIMEOUT_S_DEFAULT = 3.0  # DefaultMQProducer.sendMsgTimeout: one send, every retry included
+RETRY_TIMES_DEFAULT = 2  # retryTimesWhenSendFailed: up to 3 attempts per send
+RETRY_TIMES_MAX = 16  # more attempts than this only repeat what the route already said
+DEFAULT_TOPIC = "TBW102"  # the template a broker auto-creates an unknown topic from
+DEFAULT_TOPIC_QUEUES = 4  # defaultTopicQueueNums: queues of an auto-created topic, per group
+# Between two tries of the same broker group (an ordered send waiting for its group to elect a
+# leader, or a retry with no other group to go to): doubling from MIN to MAX, or sooner when
+# the namesrv's route changes. Our groups elect in about a second.
+SAME_GROUP_BACKOFF_S_MIN = 0.02
+SAME_GROUP_BACKOFF_S_MAX = 0.25
+UNREGISTER_TIMEOUT_S = 1.0  # UNREGISTER_CLIENT to every broker on close, all at once
+
+# --- batches (RocketMQ's MessageBatch splitter) ---------------------------------------------------
+BATCH_BYTES_MAX = 4 * MiB  # one SEND_BATCH_MESSAGE's messages, sized as the splitter sizes them
+BATCH_LOG_OVERHEAD_BYTES = 20  # the splitter's per-message allowance for the log's own fields
+BATCH_MESSAGES_MAX = 1024  # our broker's bound on one batch (one log append); Java has none
+
+# --- async sends ---------------------------------------------------------------------------------
+# send_async waits for room past these, so a caller that outruns the brokers is slowed, not
+# buffered without end (Java's backPressureForAsyncSendNum / ...Size).
+ASYNC_SENDS_MAX = 10_000
+ASYNC_SEND_BYTES_MAX = 100 * MiB  # bodies of the async sends in flight
+
+# --- the fault tracker (RocketMQ's MQFaultStrategy) -----------------------------------------------
+# An answer that took at least LATENCY_STEPS_S[i] (the largest such i) makes the producer avoid that broker group for
+# AVOID_STEPS_S[i]; a failure (no answer, a refusal) for FAILURE_AVOID_S. Java uses 30 s to
+# 10 min; a group of ours elects a new leader within seconds, so the avoidance is as short.
+LATENCY_STEPS_S = (0.05, 0.1, 0.55, 1.0, 2.0, 3.0, 15.0)
+AVOID_STEPS_S = (0.0, 0.0, 1.0, 2.0, 4.0, 6.0, 30.0)
+FAILURE_AVOID_S = 5.0
+
+assert MESSAGE_BODY_BYTES_MAX <= remoting_limits.MESSAGE_BODY_BYTES_MAX
+assert BATCH_BYTES_MAX + 64 * KiB <= remoting_limits.FRAME_BYTES_MAX  # a batch fits one frame
+assert len(LATENCY_STEPS_S) == len(AVOID_STEPS_S)
+assert list(LATENCY_STEPS_S) == sorted(LATENCY_STEPS_S)
+assert list(AVOID_STEPS_S) == sorted(AVOID_STEPS_S)
+assert SAME_GROUP_BACKOFF_S_MAX < SEND_TIMEOUT_S_DEFAULT  # a waiting send tries more than once
+assert ASYNC_SEND_BYTES_MAX >= MESSAGE_BODY_BYTES_MAX  # the largest message fits alone

@@ -1,0 +1,65 @@
+"""The send request as built for the wire (client/send_request.py): every header field a broker
+reads, under SEND_MESSAGE_V2's one-letter names, and the answer read back."""
+
+from __future__ import annotations
+
+import zlib
+
+from client.message import Message, MessageQueue
+from client.send_request import prepare, prepare_batches, request, stored_result
+from client.send_result import SendStatus
+from remoting import properties as props
+from remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import SendMessageRequestHeader
+from remoting.message_id import UniqIdGenerator
+
+IDS = UniqIdGenerator(ip="10.0.0.7", pid=77, salt=5, clock_ms=lambda: 1_700_000_000_000)
+
+
+def test_a_single_message_request_decodes_as_the_broker_reads_it() -> None:
+    """The hand-built fields equal what the header class would decode from a Java client."""
+    outgoing = prepare(Message("T", b"x" * 5000, tags="A", flag=3), IDS)
+    command = request("pg", outgoing, 2)
+    assert command.code == RequestCode.SEND_MESSAGE_V2 and not command.is_oneway
+    header = SendMessageRequestHeader.decode(command.ext_fields, short_names=True)
+    assert (header.producer_group, header.topic, header.queue_id) == ("pg", "T", 2)
+    assert (header.default_topic, header.default_topic_queue_nums) == ("TBW102", 4)
+    assert (header.sys_flag, header.flag, header.reconsume_times) == (1, 3, 0)
+    assert header.unit_mode is False and header.batch is None
+    assert header.born_timestamp > 1_600_000_000_000
+    sent = props.decode((header.properties or "").encode())
+    assert sent == {"TAGS": "A", "UNIQ_KEY": outgoing.uniq_key, "WAIT": "true"}
+    assert outgoing.uniq_key.startswith("0A000007004D")  # ip 10.0.0.7, pid 77
+    assert zlib.decompress(command.body) == b"x" * 5000
+
+
+def test_a_batch_request_and_a_oneway_flag() -> None:
+    (outgoing,) = prepare_batches([Message("T", b"1"), Message("T", b"2")], IDS)
+    command = request("pg", outgoing, 0, oneway=True)
+    assert command.code == RequestCode.SEND_BATCH_MESSAGE and command.flag & FLAG_ONEWAY
+    header = SendMessageRequestHeader.decode(command.ext_fields, short_names=True)
+    assert header.batch is True and header.properties is None and header.sys_flag == 0
+
+
+def test_a_message_keeps_the_uniq_key_it_carries() -> None:
+    """To resend after an unknown outcome under the same id."""
+    outgoing = prepare(Message("T", b"x", properties={"UNIQ_KEY": "ABC"}), IDS)
+    assert outgoing.uniq_key == "ABC"
+
+
+def test_the_answer_read_back() -> None:
+    """SUCCESS and the not-durable codes are results; other codes are not."""
+    outgoing = prepare(Message("T", b"x"), IDS)
+    ask = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2)
+    fields = {"msgId": "7F0000010000271100000000000003E8", "queueId": "1", "queueOffset": "42"}
+    queue = MessageQueue("T", "broker-a", 1)
+    result = stored_result(ask.response(ResponseCode.SUCCESS, ext_fields=fields), queue, outgoing)
+    assert result is not None and result.status is SendStatus.SEND_OK
+    assert (result.msg_id, result.offset_msg_id) == (outgoing.uniq_key, fields["msgId"])
+    assert (result.queue, result.queue_offset) == (queue, 42)
+    slow = stored_result(
+        ask.response(ResponseCode.FLUSH_DISK_TIMEOUT, ext_fields=fields), queue, outgoing
+    )
+    assert slow is not None and slow.status is SendStatus.FLUSH_DISK_TIMEOUT
+    assert stored_result(ask.response(ResponseCode.SYSTEM_BUSY, "busy"), queue, outgoing) is None
