@@ -5,8 +5,12 @@ from __future__ import annotations
 import attrs
 
 
+class FilterError(ValueError):
+    """Base of the reasons a subscription's expression is refused."""
+
+
 @attrs.define
-class FilterSyntaxError(ValueError):
+class FilterSyntaxError(FilterError):
     """An SQL92 expression we do not accept: at `position` (0-based character offset into
     `expression`) we wanted `expected` and found `found`. Grammar and meaning errors alike
     (a bad token, NULL in a comparison, a BETWEEN whose bounds are reversed)."""
@@ -24,7 +28,7 @@ class FilterSyntaxError(ValueError):
 
 
 @attrs.define
-class UnknownExpressionType(ValueError):
+class UnknownExpressionType(FilterError):
     """A subscription's expressionType is neither TAG nor SQL92."""
 
     expression_type: str
@@ -34,7 +38,7 @@ class UnknownExpressionType(ValueError):
 
 
 @attrs.define
-class FilterTooLarge(ValueError):
+class FilterTooLarge(FilterError):
     """An expression past EXPRESSION_CHARS_MAX characters."""
 
     length: int

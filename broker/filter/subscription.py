@@ -4,7 +4,7 @@ A TAG subscription (`*`, `TagA || TagB`) becomes the set of tag hash codes the C
 is filtered by; an SQL92 one becomes a predicate over the stored message's properties. Heartbeats
 and pulls carry the same few expressions again and again, so compiled filters are kept in a
 bounded LRU keyed by the text: a subscription is parsed once, whatever number of members and
-pulls use it. A bad expression raises (FilterSyntaxError with its position,
+pulls use it. A bad expression raises a FilterError (FilterSyntaxError with its position,
 UnknownExpressionType, FilterTooLarge), every time it is asked for.
 """
 
@@ -15,7 +15,7 @@ import functools
 import attrs
 
 from broker.filter.compiler import Predicate, compile_condition
-from broker.filter.errors import FilterSyntaxError, FilterTooLarge, UnknownExpressionType
+from broker.filter.errors import FilterTooLarge, UnknownExpressionType
 from broker.filter.parser import parse
 from remoting.tag_hash import tags_code
 
@@ -23,8 +23,6 @@ TAG, SQL92 = "TAG", "SQL92"  # RocketMQ's ExpressionType; null or "" mean TAG
 
 EXPRESSION_CHARS_MAX = 16 * 1024  # an SQL92 text; real ones are a few dozen characters
 FILTER_CACHE_ENTRIES_MAX = 1024  # distinct (type, expression) kept compiled
-
-FilterError = FilterSyntaxError | UnknownExpressionType | FilterTooLarge
 
 
 @attrs.frozen
@@ -61,7 +59,7 @@ def expression_type_of(raw: str | None) -> str:
 
 @functools.lru_cache(maxsize=FILTER_CACHE_ENTRIES_MAX)
 def compile_subscription(expression_type: str | None, expression: str | None) -> SubscriptionFilter:
-    """The filter of one subscription; raises one of FilterError for a bad one."""
+    """The filter of one subscription; raises a FilterError for a bad one."""
     kind = expression_type_of(expression_type)
     text = expression or ""
     if kind == TAG:

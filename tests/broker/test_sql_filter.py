@@ -1,11 +1,17 @@
 """SQL92 filtering (broker/filter/, docs/filtering.md): each grammar element, syntax errors and
-their positions, missing properties, strings against numbers, three-valued logic."""
+their positions, missing properties, strings against numbers, three-valued logic; then pulls
+from a live in-process group: exactly the matching messages cross the network."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +25,12 @@ from broker.filter.subscription import (
     compile_subscription,
 )
 from broker.filter.syntax import Compare, Comparison, Literal, Property
+from remoting.client import open_connection
+from remoting.codes import RequestCode, ResponseCode
+from remoting.connection import Connection
 from remoting.tag_hash import tags_code
+from tests.broker import rmq
+from tests.broker.group import Group, broker_group, send_request
 
 
 def value(expression: str, **properties: str) -> Value:
@@ -454,3 +465,243 @@ def test_conditions_follow_kleene_logic(
     expected = reference(props)
     assert compile_node(parse(text))(props) == expected
     assert compile_condition(parse(text))(props) is (expected is True)
+
+
+# --- pulls from a live group ---------------------------------------------------------------------
+
+TOPIC = "SqlTopic"
+
+
+def _mixed_stream() -> list[tuple[bytes, dict[str, str]]]:
+    """40 messages: `a` in 0..9 on most, none on every fourth, a non-number on two."""
+    stream = []
+    for i in range(40):
+        props = {"TAGS": "TagA", "i": str(i)}
+        if i % 4 != 3:
+            props["a"] = str(i % 10)
+        if i in (5, 21):
+            props["a"] = "three"
+        stream.append((f"m{i}".encode(), props))
+    return stream
+
+
+def _wanted(stream: list[tuple[bytes, dict[str, str]]]) -> list[bytes]:
+    return [
+        body
+        for body, props in stream
+        if props.get("a", "x").isdigit() and 0 <= int(props["a"]) <= 3
+    ]
+
+
+async def _send_all(conn: Connection, stream: list[tuple[bytes, dict[str, str]]]) -> None:
+    for body, props in stream:
+        response = await conn.request(send_request(TOPIC, body, properties=props), timeout_s=10)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+async def _drain(
+    conn: Connection,
+    *,
+    subscription: str | None,
+    expression_type: str | None = "SQL92",
+    group: str = "cg",
+    offset: int = 0,
+) -> tuple[list[bytes], list[int]]:
+    """Pull queue 0 from `offset` to its end, 4 at a time: the bodies and the codes seen."""
+    bodies: list[bytes] = []
+    codes: list[int] = []
+    for _ in range(200):
+        response, messages = await rmq.pull(
+            conn, TOPIC, 0, offset, group=group, max_nums=4, subscription=subscription,
+            expression_type=expression_type,
+        )  # fmt: skip
+        codes.append(response.code)
+        if response.code == ResponseCode.PULL_NOT_FOUND:
+            return bodies, codes
+        assert response.code in (ResponseCode.SUCCESS, ResponseCode.PULL_RETRY_IMMEDIATELY), (
+            response.code,
+            response.remark,
+        )
+        assert len(messages) <= 4
+        bodies += [m.body for m in messages]
+        offset = int(response.ext_fields["nextBeginOffset"])
+    raise AssertionError("the queue never ended")
+
+
+def _heartbeat(group: str, subscription: str, expression_type: str, version: int = 1) -> bytes:
+    return json.dumps(
+        {
+            "clientID": "127.0.0.1@sqltest",
+            "consumerDataSet": [
+                {
+                    "groupName": group,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "subscriptionDataSet": [
+                        {
+                            "topic": TOPIC,
+                            "subString": subscription,
+                            "expressionType": expression_type,
+                            "subVersion": version,
+                            "tagsSet": [],
+                            "codeSet": [],
+                            "classFilterMode": False,
+                        }
+                    ],
+                }
+            ],
+            "producerDataSet": [],
+        }
+    ).encode()
+
+
+def leader_connection(group: Group) -> AbstractAsyncContextManager[Connection]:
+    return open_connection("127.0.0.1", _port(group, leader=True))
+
+
+def _port(group: Group, leader: bool) -> int:
+    broker = group.leader() if leader else group.follower()
+    return broker.config.listen.port
+
+
+async def test_a_pull_gets_exactly_the_matching_messages(tmp_path: Path) -> None:
+    """`a between 0 and 3` over a mixed stream: exactly the messages with a in 0..3, in order,
+    from the leader and from a follower; unmatched ones never appear in any answer."""
+    stream = _mixed_stream()
+    async with broker_group(tmp_path) as group:
+        async with leader_connection(group) as conn:
+            await _send_all(conn, stream)
+        await group.wait_applied_everywhere()
+        for leader in (True, False):
+            async with open_connection("127.0.0.1", _port(group, leader)) as conn:
+                bodies, codes = await _drain(conn, subscription="a between 0 and 3")
+                assert bodies == _wanted(stream)
+                everything, _ = await _drain(conn, subscription="*", expression_type=None)
+                assert everything == [body for body, _ in stream]
+                tagged, _ = await _drain(conn, subscription="TAGS = 'TagA' AND i >= 38")
+                assert tagged == [b"m38", b"m39"]
+                none, codes = await _drain(conn, subscription="a > 100")
+                assert none == []
+                # the whole queue was one scan that matched nothing: NO_MATCHED_MESSAGE's code
+                assert codes == [ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND]
+                response, _ = await rmq.pull(
+                    conn, TOPIC, 0, 0, subscription="a > 100", expression_type="SQL92"
+                )
+                assert response.ext_fields["nextBeginOffset"] == str(len(stream))
+
+
+async def test_bad_expressions_are_refused_with_their_position(tmp_path: Path) -> None:
+    async with broker_group(tmp_path) as group, leader_connection(group) as conn:
+        await _send_all(conn, _mixed_stream()[:4])
+        # carried by the pull: SUBSCRIPTION_PARSE_FAILED
+        response, _ = await rmq.pull(
+            conn, TOPIC, 0, 0, subscription="a between 3", expression_type="SQL92"
+        )
+        assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+        assert "at character 11: expected AND between the bounds" in response.remark
+        response, _ = await rmq.pull(conn, TOPIC, 0, 0, subscription="a>1", expression_type="SQL")
+        assert response.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+        assert "unknown expressionType 'SQL'" in response.remark
+        # registered by a heartbeat: the pull relying on it gets FILTER_DATA_NOT_EXIST
+        beat = await rmq.call(conn, RequestCode.HEART_BEAT, body=_heartbeat("bad", "a >", SQL92))
+        assert beat.code == ResponseCode.SUCCESS
+        response, _ = await rmq.pull(conn, TOPIC, 0, 0, group="bad", subscription=None)
+        assert response.code == ResponseCode.FILTER_DATA_NOT_EXIST
+        assert "at character 3" in response.remark
+        # CHECK_CLIENT_CONFIG, the Java consumer's check before it starts
+        for expression, kind, code in [
+            ("a >", SQL92, ResponseCode.SUBSCRIPTION_PARSE_FAILED),
+            ("a > 1", SQL92, ResponseCode.SUCCESS),
+            ("TagA || TagB", TAG, ResponseCode.SUCCESS),
+        ]:
+            body = {
+                "clientId": "c",
+                "group": "g",
+                "subscriptionData": {"topic": TOPIC, "subString": expression,
+                                     "expressionType": kind},
+            }  # fmt: skip
+            check = await rmq.call(
+                conn, RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode()
+            )
+            assert check.code == code, check.remark
+            if code != ResponseCode.SUCCESS:
+                assert check.remark is not None and "at character 3" in check.remark
+
+
+async def test_a_heartbeat_subscription_filters_pulls_without_one(tmp_path: Path) -> None:
+    """The Java push consumer pulls without its subscription: the one its heartbeat registered
+    (compiled then) filters, and a pull asking for a newer version than registered waits."""
+    stream = _mixed_stream()
+    async with broker_group(tmp_path) as group, leader_connection(group) as conn:
+        await _send_all(conn, stream)
+        beat = await rmq.call(
+            conn, RequestCode.HEART_BEAT, body=_heartbeat("hb", "a BETWEEN 0 AND 3", SQL92, 7)
+        )
+        assert beat.code == ResponseCode.SUCCESS
+        bodies, _ = await _drain(conn, subscription=None, group="hb")
+        assert bodies == _wanted(stream)
+        listing = await rmq.json_call(
+            conn, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "hb"}
+        )
+        assert listing["subscriptionTable"][TOPIC]["expressionType"] == SQL92
+        newer = await rmq.call(
+            conn, RequestCode.PULL_MESSAGE,
+            {"consumerGroup": "hb", "topic": TOPIC, "queueId": 0, "queueOffset": 0,
+             "maxMsgNums": 32, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+             "subVersion": 8},
+        )  # fmt: skip
+        assert newer.code == ResponseCode.FILTER_DATA_NOT_LATEST
+
+
+async def test_a_held_pull_is_not_ended_by_messages_it_skips(tmp_path: Path) -> None:
+    async with broker_group(tmp_path) as group:
+        leader = group.leader()
+        async with (
+            open_connection("127.0.0.1", leader.config.listen.port) as conn,
+            open_connection("127.0.0.1", leader.config.listen.port) as sender,
+        ):
+            await _send_all(sender, [(b"first", {"a": "9"})])
+            answered: list[tuple[int, list[bytes], str]] = []
+
+            async def held_pull() -> None:
+                response, messages = await rmq.pull(
+                    conn, TOPIC, 0, 1, suspend_ms=20_000, subscription="a = 1",
+                    expression_type="SQL92",
+                )  # fmt: skip
+                answered.append(
+                    (
+                        response.code,
+                        [m.body for m in messages],
+                        response.ext_fields["nextBeginOffset"],
+                    )
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(held_pull)
+                await trio.testing.wait_all_tasks_blocked()  # the pull is held
+                await _send_all(sender, [(b"skipped", {"a": "2"}), (b"no-a", {})])
+                await trio.testing.wait_all_tasks_blocked()
+                assert answered == []
+                await _send_all(sender, [(b"wanted", {"a": "1"})])
+            assert answered == [(ResponseCode.SUCCESS, [b"wanted"], "4")]
+
+
+async def test_enable_property_filter_false_refuses_sql92(tmp_path: Path) -> None:
+    async with (
+        broker_group(tmp_path, enable_property_filter=False) as group,
+        leader_connection(group) as conn,
+    ):
+        await _send_all(conn, _mixed_stream()[:4])
+        response, _ = await rmq.pull(
+            conn, TOPIC, 0, 0, subscription="a > 1", expression_type="SQL92"
+        )
+        assert response.code == ResponseCode.SYSTEM_ERROR
+        assert response.remark == "The broker does not support consumer to filter message by SQL92"
+        bodies, _ = await _drain(conn, subscription="*", expression_type="TAG")
+        assert len(bodies) == 4  # tags still work
+        body = {"subscriptionData": {"topic": TOPIC, "subString": "a > 1", "expressionType": SQL92}}
+        check = await rmq.call(
+            conn, RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode()
+        )
+        assert check.code == ResponseCode.SYSTEM_ERROR
