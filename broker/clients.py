@@ -2,7 +2,8 @@
 
 A client is registered by HEART_BEAT on the connection it came in on and forgotten when that
 connection closes, when it unregisters, or after CLIENT_EXPIRY_S without a heartbeat (as
-RocketMQ's ConsumerManager does). When a consumer group's members change, every member still
+RocketMQ's ConsumerManager does). Each subscription's filter is compiled when its heartbeat
+arrives, once per subVersion (broker/filter/); pulls without a subscription of their own use it. When a consumer group's members change, every member still
 connected is told (NOTIFY_CONSUMER_IDS_CHANGED), so it rebalances at once.
 
 Queue locks (orderly consumption) are not kept here: they go through the log, so they hold
@@ -18,6 +19,15 @@ from typing import Any
 import attrs
 import trio
 
+from broker.filter.errors import FilterError
+from broker.filter.subscription import (
+    EVERYTHING,
+    TAG,
+    SubscriptionFilter,
+    compile_subscription,
+    expression_type_of,
+    parse_tags,
+)
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
@@ -43,6 +53,11 @@ class Subscription:
     expression: str
     tags: frozenset[str]  # empty: every tag ("*")
     version: int
+    expression_type: str = TAG  # TAG or SQL92 (or whatever unknown type the client sent)
+    # compiled at the heartbeat (broker/filter/); None when the expression is bad, `error` says
+    # why and a pull relying on it is refused (FILTER_DATA_NOT_EXIST, as RocketMQ)
+    filter: SubscriptionFilter | None = EVERYTHING
+    error: str | None = None
 
 
 @attrs.define
@@ -58,11 +73,26 @@ class Member:
     version: int = 0
 
 
-def parse_expression(expression: str | None) -> frozenset[str]:
-    """Tags of a TAG subscription ("TagA || TagB"); empty for "*" or none."""
-    if not expression or expression.strip() in ("*", ""):
-        return frozenset()
-    return frozenset(t.strip() for t in expression.split("||") if t.strip())
+def compile_subscription_data(data: dict[str, Any], previous: Subscription | None) -> Subscription:
+    """A heartbeat's SubscriptionData, its filter compiled (or the member's previous one kept,
+    when topic, type, expression and subVersion are the same: one parse per subVersion)."""
+    topic = str(data.get("topic", ""))
+    expression = str(data.get("subString", "*"))
+    expression_type = expression_type_of(str(data.get("expressionType") or ""))
+    version = int(data.get("subVersion", 0) or 0)
+    if previous is not None and (
+        previous.expression,
+        previous.expression_type,
+        previous.version,
+    ) == (expression, expression_type, version):
+        return previous
+    tags = parse_tags(expression) if expression_type == TAG else frozenset()
+    try:
+        compiled = compile_subscription(expression_type, expression)
+    except FilterError as err:
+        log.warning("subscription to %s refused: %s: %s", topic, err, expression[:200])
+        return Subscription(topic, expression, tags, version, expression_type, None, str(err))
+    return Subscription(topic, expression, tags, version, expression_type, compiled)
 
 
 class ClientRegistry:
@@ -107,16 +137,12 @@ class ClientRegistry:
                 language=language,
                 version=version,
             )
+            members = self.consumers.setdefault(group, {})
+            before = members.get(client_id)
             for sub in data.get("subscriptionDataSet") or []:
                 topic = str(sub.get("topic", ""))
-                expression = str(sub.get("subString", "*"))
-                member.subscriptions[topic] = Subscription(
-                    topic,
-                    expression,
-                    parse_expression(expression),
-                    int(sub.get("subVersion", 0) or 0),
-                )
-            members = self.consumers.setdefault(group, {})
+                previous = before.subscriptions.get(topic) if before is not None else None
+                member.subscriptions[topic] = compile_subscription_data(sub, previous)
             joined = client_id not in members
             members[client_id] = member
             if joined:

@@ -118,6 +118,7 @@ class BrokerConfig:
     default_topic_queues: int = 8  # defaultTopicQueueNums, RocketMQ 4.9's default
     auto_create_topic: bool = True  # autoCreateTopicEnable
     auto_create_subscription_group: bool = True  # autoCreateSubscriptionGroup
+    enable_property_filter: bool = True  # enablePropertyFilter: SQL92 subscriptions
     segment_bytes: int = dledger_limits.SEGMENT_BYTES_DEFAULT  # mappedFileSizeCommitLog
     preferred_leader: str | None = None  # preferredLeaderId
     tick_ms: int = dledger_limits.TICK_MS_DEFAULT
@@ -428,6 +429,8 @@ KEYS: tuple[Key, ...] = (
         "create a topic on first send"),
     Key("autoCreateSubscriptionGroup", "--auto-create-subscription-group",
         "auto_create_subscription_group", read_bool, "create a group on first use"),
+    Key("enablePropertyFilter", "--enable-property-filter", "enable_property_filter", read_bool,
+        "accept SQL92 subscriptions (filters on message properties)"),
     Key("mappedFileSizeCommitLog", "--segment-bytes", "segment_bytes",
         read_int(dledger_limits.SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
         "log segment size; the same on every replica"),

@@ -1,7 +1,8 @@
 """Offsets: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), GET_MAX_OFFSET (30),
 GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), GET_EARLIEST_MSG_STORETIME (32); and the
 client registry's requests: HEART_BEAT (34), UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42)."""
+GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), CHECK_CLIENT_CONFIG
+(46)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import trio
 from broker.clients import decode_json_body
 from broker.context import Broker
 from broker.entries import encode_meta
+from broker.filter.errors import FilterError
+from broker.filter.subscription import compile_subscription, expression_type_of
 from broker.metadata import RETRY_GROUP_PREFIX, GroupConfig, Metadata, TopicConfig
 from broker.writes import WriteFailed, WriteUnknown
 from dledger.log.errors import LogError
@@ -156,6 +159,35 @@ async def _write_meta(broker: Broker, bodies: list[bytes]) -> None:
         await broker.writes.append(bodies, META_WRITE_TIMEOUT_S)
     except (WriteFailed, WriteUnknown) as err:
         log.warning("metadata from a heartbeat not written: %s (the next heartbeat retries)", err)
+
+
+async def handle_check_client_config(
+    broker: Broker, request: RemotingCommand, connection: Connection
+) -> RemotingCommand:
+    """CHECK_CLIENT_CONFIG: the Java consumer asks, before it starts, whether this broker takes
+    its SQL92 subscription (RocketMQ's ClientManageProcessor.checkClientConfig). Body
+    CheckClientRequestBody {"clientId", "group", "subscriptionData": {"topic", "subString",
+    "expressionType", ...}}; TAG subscriptions and a body without subscriptionData pass."""
+    try:
+        body = decode_json_body(request.body)
+    except ValueError as err:
+        return request.response(ResponseCode.SYSTEM_ERROR, f"bad CheckClientRequestBody: {err}")
+    data = body.get("subscriptionData")
+    if not isinstance(data, dict):
+        return request.response(ResponseCode.SUCCESS)
+    expression_type = expression_type_of(str(data.get("expressionType") or ""))
+    if expression_type == "TAG":
+        return request.response(ResponseCode.SUCCESS)
+    if not broker.config.enable_property_filter:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by {expression_type}",
+        )
+    try:
+        compile_subscription(expression_type, str(data.get("subString") or ""))
+    except FilterError as err:
+        return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(err))
+    return request.response(ResponseCode.SUCCESS)
 
 
 async def handle_unregister(

@@ -26,6 +26,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.GET_EARLIEST_MSG_STORETIME: consumer_manage.handle_earliest_store_time,
     RequestCode.HEART_BEAT: consumer_manage.handle_heartbeat,
     RequestCode.UNREGISTER_CLIENT: consumer_manage.handle_unregister,
+    RequestCode.CHECK_CLIENT_CONFIG: consumer_manage.handle_check_client_config,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_manage.handle_consumer_list,
     RequestCode.LOCK_BATCH_MQ: consumer_manage.handle_lock,
     RequestCode.UNLOCK_BATCH_MQ: consumer_manage.handle_unlock,

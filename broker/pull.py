@@ -1,26 +1,32 @@
-"""PULL_MESSAGE (11): stored records back to back, filtered by tag hash, with long polling.
+"""PULL_MESSAGE (11): stored records back to back, filtered, with long polling.
 
 Any replica serves a pull from its own applied state, so the stored bytes go out as they are.
-With the suspend flag a pull that finds nothing new is held until a message for its queue is
-applied or its suspend time runs out (below the C++ client's 30 s), on a task of its own, so
-the connection's other requests go on meanwhile.
+A TAG subscription is matched by the tag hash in the ConsumeQueue; an SQL92 one by its compiled
+predicate on the properties of each stored record (broker/filter/), so unmatched messages never
+leave the broker. With the suspend flag a pull that finds nothing new is held until a message
+for its queue is applied or its suspend time runs out (below the C++ client's 30 s), on a task
+of its own, so the connection's other requests go on meanwhile; messages the filter skips
+while it is held do not end the hold.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import trio
 
-from broker.clients import parse_expression
 from broker.context import Broker
+from broker.filter.errors import FilterError
+from broker.filter.subscription import EVERYTHING, SubscriptionFilter, compile_subscription
 from broker.metadata import PERM_READ
 from dledger.log.errors import LogError
+from remoting import stored_message
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
+from remoting.errors import CorruptMessage
 from remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from remoting.tag_hash import tags_code
 
 log = logging.getLogger("broker.pull")
 
@@ -61,13 +67,11 @@ async def handle_pull(
             f"topicConfig.readQueueNums:[{config.read_queues}] consumer:[{connection.peer}]",
             _fields(header.queue_offset, 0, 0),
         )
+    wanted_filter = _subscription_filter(broker, request, header)
+    if isinstance(wanted_filter, RemotingCommand):
+        return wanted_filter
     if header.sys_flag & FLAG_COMMIT_OFFSET and header.commit_offset >= 0:
         broker.offsets.commit(header.consumer_group, topic, queue_id, header.commit_offset)
-    expression = header.subscription if header.sys_flag & FLAG_SUBSCRIPTION else None
-    if expression is None:
-        sub = broker.clients.subscription(header.consumer_group, topic)
-        expression = sub.expression if sub is not None else "*"
-    codes = {tags_code(tag) for tag in parse_expression(expression)} or None
     wanted = max(1, min(header.max_msg_nums, PULL_MESSAGES_MAX))
     suspend_s = (
         min(header.suspend_timeout_millis / 1000, SUSPEND_S_MAX)
@@ -75,14 +79,67 @@ async def handle_pull(
         else 0.0
     )
     deadline = trio.current_time() + suspend_s
+    offset, held = header.queue_offset, False
     while True:
         response = _read(
-            broker, request, topic, queue_id, header.queue_offset, wanted, codes, _sure(broker)
+            broker, request, topic, queue_id, offset, wanted, wanted_filter, _sure(broker)
         )
-        if response.code != ResponseCode.PULL_NOT_FOUND or trio.current_time() >= deadline:
+        now = trio.current_time()
+        if held and response.code == ResponseCode.PULL_RETRY_IMMEDIATELY and now < deadline:
+            # only messages the filter skips came while held: read on past them, hold on
+            offset = int(response.ext_fields["nextBeginOffset"])
+            await trio.lowlevel.checkpoint()
+            continue
+        if response.code != ResponseCode.PULL_NOT_FOUND or now >= deadline:
             return response
         with trio.move_on_at(deadline):
             await broker.state.wait_arrival(topic, queue_id)
+        held = True
+
+
+def _subscription_filter(
+    broker: Broker, request: RemotingCommand, header: PullMessageRequestHeader
+) -> SubscriptionFilter | RemotingCommand:
+    """The filter this pull reads with, or the refusal (RocketMQ 4.9's PullMessageProcessor):
+    the subscription the pull carries (flag 4), compiled (cached by its text), or else the one
+    the group's heartbeat registered here (compiled then; a group with none reads everything)."""
+    fields = _fields(header.queue_offset, 0, 0)
+    if header.sys_flag & FLAG_SUBSCRIPTION:
+        try:
+            found = compile_subscription(header.expression_type, header.subscription)
+        except FilterError as err:
+            log.info("pull of %s by %s: %s", header.topic, header.consumer_group, err)
+            return request.response(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"parse the consumer's subscription failed: {err}",
+                fields,
+            )
+    else:
+        sub = broker.clients.subscription(header.consumer_group, header.topic)
+        if sub is None:
+            found = EVERYTHING
+        elif sub.filter is None:
+            return request.response(
+                ResponseCode.FILTER_DATA_NOT_EXIST,
+                "The broker's consumer filter data is not exist!Your expression may be wrong! "
+                f"({sub.error})",
+                fields,
+            )
+        elif sub.filter.by_properties and sub.version < header.sub_version:
+            return request.response(
+                ResponseCode.FILTER_DATA_NOT_LATEST,
+                "the consumer's consumer filter data not latest",
+                fields,
+            )
+        else:
+            found = sub.filter
+    if found.by_properties and not broker.config.enable_property_filter:
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by {found.expression_type}",
+            fields,
+        )
+    return found
 
 
 def _group_refusal(
@@ -130,7 +187,7 @@ def _read(
     queue_id: int,
     offset: int,
     wanted: int,
-    codes: set[int] | None,
+    wanted_filter: SubscriptionFilter,
     sure: bool,
 ) -> RemotingCommand:
     state = broker.state
@@ -165,7 +222,9 @@ def _read(
             f"offset {offset} is past the queue's end, {hi}",
             _fields(hi, lo, hi),
         )
-    units = state.units(topic, queue_id, offset, SCAN_UNITS_MAX if codes else wanted)
+    codes, predicate = wanted_filter.tag_codes, wanted_filter.predicate
+    scan = wanted if codes is None and predicate is None else SCAN_UNITS_MAX
+    units = state.units(topic, queue_id, offset, scan)
     records: list[bytes] = []
     size = 0
     next_begin = offset
@@ -186,6 +245,9 @@ def _read(
                 f"the message at offset {next_begin} is gone: {err}",
                 _fields(next_begin + 1, lo, hi),
             )
+        if predicate is not None and not _matches(predicate, record, topic, queue_id, next_begin):
+            next_begin += 1
+            continue
         records.append(record)
         size += len(record)
         next_begin += 1
@@ -198,3 +260,21 @@ def _read(
     return request.response(
         ResponseCode.SUCCESS, "FOUND", _fields(next_begin, lo, hi), b"".join(records)
     )
+
+
+def _matches(
+    predicate: Callable[[dict[str, str]], bool],
+    record: bytes,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+) -> bool:
+    """Whether an SQL92 subscription wants this stored message; one whose properties cannot
+    be read is skipped, with a warning."""
+    try:
+        properties = stored_message.read_properties(record)
+    except CorruptMessage as err:
+        log.warning("pull of %s/%d at %d skips an unreadable message: %s", topic, queue_id,
+                    queue_offset, err)  # fmt: skip
+        return False
+    return predicate(properties)

@@ -83,7 +83,7 @@ def consumer_connection(members: list[Member]) -> dict[str, Any]:
             subscriptions[topic] = {
                 "classFilterMode": False,
                 "codeSet": [tags_code(t) for t in tags],
-                "expressionType": "TAG",
+                "expressionType": sub.expression_type,
                 "subString": sub.expression,
                 "subVersion": sub.version,
                 "tagsSet": tags,

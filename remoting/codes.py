@@ -42,6 +42,7 @@ class RequestCode(enum.IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    CHECK_CLIENT_CONFIG = 46  # a consumer's subscription checked before it starts (SQL92)
     # --- name server ------------------------------------------------------------------------
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101

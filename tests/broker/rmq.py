@@ -57,8 +57,13 @@ async def pull(
     suspend_ms: int = 0,
     commit_offset: int | None = None,
     timeout_s: float = 30.0,
+    subscription: str | None = "*",
+    expression_type: str | None = None,
 ) -> tuple[RemotingCommand, list[StoredMessage]]:
-    sys_flag = 4 | (2 if suspend_ms else 0) | (1 if commit_offset is not None else 0)
+    """One PULL_MESSAGE. `subscription` None: no subscription flag, so the broker filters by
+    what the group's heartbeat registered; `expression_type` "SQL92" for an SQL filter."""
+    sys_flag = (4 if subscription is not None else 0) | (2 if suspend_ms else 0)
+    sys_flag |= 1 if commit_offset is not None else 0
     fields = {
         "consumerGroup": group,
         "topic": topic,
@@ -68,9 +73,12 @@ async def pull(
         "sysFlag": sys_flag,
         "commitOffset": commit_offset if commit_offset is not None else 0,
         "suspendTimeoutMillis": suspend_ms,
-        "subscription": "*",
         "subVersion": 0,
     }
+    if subscription is not None:
+        fields["subscription"] = subscription
+    if expression_type is not None:
+        fields["expressionType"] = expression_type
     request = RemotingCommand.request(
         RequestCode.PULL_MESSAGE, {k: str(v) for k, v in fields.items()}
     )

@@ -40,6 +40,7 @@ maxMessageSize=65536
 defaultTopicQueueNums=4
 autoCreateTopicEnable=FALSE
 autoCreateSubscriptionGroup=false
+enablePropertyFilter=false
 mappedFileSizeCommitLog=1048576
 mappedFileSizeConsumeQueue=20000
 maxHashSlotNum=500
@@ -98,6 +99,7 @@ class TestFile:
             default_topic_queues=4,
             auto_create_topic=False,
             auto_create_subscription_group=False,
+            enable_property_filter=False,
             segment_bytes=1 << 20,
             consume_queue_file_bytes=20000,
             index_slots=500,

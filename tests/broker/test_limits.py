@@ -8,12 +8,12 @@ import struct
 from pathlib import Path
 
 from broker.disk import Usage
-from broker.limits import PROPERTIES_BYTES_MAX
 from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.headers import SendMessageRequestHeader
+from remoting.limits import PROPERTIES_BYTES_MAX
 from tests.broker.group import (
     MESSAGE_BYTES_MAX,
     Group,
