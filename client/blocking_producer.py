@@ -37,6 +37,7 @@ class Producer:
         retry_times: int = limits.RETRY_TIMES_DEFAULT,
         send_timeout: float = limits.SEND_TIMEOUT_S_DEFAULT,
         instance_name: str | None = None,
+        auto_batch: bool = False,
     ) -> None:
         self._async = AsyncProducer(  # checks the arguments now, not at start()
             group,
@@ -44,6 +45,7 @@ class Producer:
             retry_times=retry_times,
             send_timeout=send_timeout,
             instance_name=instance_name,
+            auto_batch=auto_batch,
         )
         self._loop: LoopThread[AsyncProducer] | None = None
         self._stopped = False

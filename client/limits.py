@@ -38,6 +38,11 @@ BATCH_MESSAGES_MAX = 1024  # our broker's bound on one batch (one log append); J
 ASYNC_SENDS_MAX = 10_000
 ASYNC_SEND_BYTES_MAX = 100 * MiB  # bodies of the async sends in flight
 
+# --- automatic batching (client/auto_batch.py) ----------------------------------------------------
+# Batch requests of one topic in flight at once; what is sent meanwhile waits for the next.
+# More keeps more groups and queues busy; each request carries at most BATCH_MESSAGES_MAX.
+AUTO_BATCH_IN_FLIGHT = 8
+
 # --- the fault tracker (RocketMQ's MQFaultStrategy) -----------------------------------------------
 # An answer that took at least LATENCY_STEPS_S[i] (the largest such i) makes the producer avoid that broker group for
 # AVOID_STEPS_S[i]; a failure (no answer, a refusal) for FAILURE_AVOID_S. Java uses 30 s to

@@ -36,6 +36,7 @@ import trio
 
 from client import limits
 from client.attempts import REQUEST_S_MIN, GroupFailure, attempt, send_error
+from client.auto_batch import AutoBatcher
 from client.errors import (
     BrokerUnreachable,
     ClientClosed,
@@ -92,7 +93,9 @@ class AsyncProducer:
 
     `namesrv` is "host:port;host:port" or a list; every namesrv is asked in turn. `send_timeout`
     (seconds) bounds each send, every retry included; `retry_times` is how many more attempts
-    a send may make after the first (RocketMQ's retryTimesWhenSendFailed).
+    a send may make after the first (RocketMQ's retryTimesWhenSendFailed). With `auto_batch`,
+    concurrent sends without a selector share batch requests (client/auto_batch.py); each
+    message is still acknowledged on its own.
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class AsyncProducer:
         retry_times: int = limits.RETRY_TIMES_DEFAULT,
         send_timeout: float = limits.SEND_TIMEOUT_S_DEFAULT,
         instance_name: str | None = None,
+        auto_batch: bool = False,
     ) -> None:
         check_group(group)
         if not 0 <= retry_times <= limits.RETRY_TIMES_MAX:
@@ -118,6 +122,8 @@ class AsyncProducer:
         self.retry_times = retry_times
         self.send_timeout = send_timeout
         self.instance_name = instance_name
+        self.auto_batch = auto_batch
+        self._batcher: AutoBatcher | None = None
         self.tracker = FaultTracker()
         self._round_robin = RoundRobin()
         self._write_queues = TopicWriteQueues(self._live)
@@ -154,6 +160,10 @@ class AsyncProducer:
                     self._instance, self._background = instance, background
                     async with trio.open_nursery() as async_sends:
                         self._async_sends = async_sends
+                        if self.auto_batch:
+                            self._batcher = AutoBatcher(
+                                async_sends, instance.uniq_ids, self._send_batched
+                            )
                         yield
                     # every async send has ended (each within its timeout)
                     self._closed = True
@@ -218,9 +228,14 @@ class AsyncProducer:
         goes to the queue the selector picks, and only there: an ordered send."""
         instance = self._accepting()
         check_message(message)
-        outgoing = prepare(message, instance.uniq_ids)
         deadline = trio.current_time() + self._timeout(timeout)
+        if self._batcher is not None and selector is None and not message.delay_level:
+            return await self._batcher.send(message, deadline)
+        outgoing = prepare(message, instance.uniq_ids)
         return await self._send(outgoing, message, selector, arg, deadline)
+
+    async def _send_batched(self, outgoing: Outgoing, deadline: float) -> SendResult:
+        return await self._send(outgoing, None, None, None, deadline)
 
     async def send_batch(
         self, messages: Sequence[Message], timeout: float | None = None
@@ -300,6 +315,20 @@ class AsyncProducer:
         callback. Leaving the producer's block waits for the sends in flight."""
         instance = self._accepting()
         check_message(message)
+        batcher = self._batcher
+        if batcher is not None and selector is None and not message.delay_level:
+            size = len(message.body)
+            await self._in_flight.acquire(size)
+            if self._closing:
+                self._in_flight.release(size)
+                raise ClientClosed("the producer closed while this send waited for room")
+
+            def done(outcome: SendResult | Exception) -> None:
+                self._in_flight.release(size)
+                _call_back(callback, outcome)
+
+            batcher.add(message, trio.current_time() + self._timeout(timeout), done)
+            return
         outgoing = prepare(message, instance.uniq_ids)
         size = outgoing.body_bytes
         await self._in_flight.acquire(size)
