@@ -296,7 +296,7 @@ class BrokerState:
         tags = props.find(fields.properties, b"TAGS")
         tag_hash = tags_code(tags.decode(errors="replace")) if tags is not None else 0
         queue.append(fields.queue_offset, physical_offset, fields.size, tag_hash)
-        self.index.index_record(body)
+        self.index.index_fields(fields)
         self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
         key = (fields.topic, fields.queue_id)
         event = self._arrivals.pop(key, None)
