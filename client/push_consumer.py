@@ -133,6 +133,11 @@ class AsyncPushConsumer:
         """The queues this member pulls now, sorted."""
         return sorted(self._queues)
 
+    def consume_offsets(self) -> dict[MessageQueue, int | None]:
+        """Per owned queue, the offset a commit would say now: the lowest not yet consumed
+        (None while its start offset is being learnt)."""
+        return {q: pq.commit_offset() for q, pq in sorted(self._queues.items())}
+
     async def __aenter__(self) -> Self:
         if self._started:
             raise MQClientError("a push consumer starts once; make a new one")
@@ -485,6 +490,9 @@ class PushConsumer:
 
     def assigned_queues(self) -> list[MessageQueue]:
         return self._call(self._consumer.assigned_queues)
+
+    def consume_offsets(self) -> dict[MessageQueue, int | None]:
+        return self._call(self._consumer.consume_offsets)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         if self._loop is None:
