@@ -69,6 +69,7 @@ from remoting.connection import Connection
 log = logging.getLogger("client.push_consumer")
 
 SHUTDOWN_NETWORK_S = 10.0  # on top of shutdown_wait_s: the last commits, unlocks, unregisters
+PULL_LOOP_RESTART_S = 1.0  # a pull loop that failed unexpectedly starts again after this
 
 
 class AsyncPushConsumer:
@@ -228,8 +229,7 @@ class AsyncPushConsumer:
             self._stop_queue(queue, bounded=True)
         for done in list(self._dropping.values()):
             await done.wait()
-        if self.config.clustering:
-            await self._requests.unregister(self.group, self.client_id)
+        await self._requests.unregister(self.group, self.client_id)
         log.info("consumer %s of %s shut down", self.client_id, self.group)
 
     def _instance_or_closed(self) -> ClientInstance:
@@ -348,7 +348,12 @@ class AsyncPushConsumer:
         if previous is not None:  # given up and taken back: the old one finishes first
             await previous.wait()
         with scope:
-            await self._pulls.run(pq, self.subscription(pq.queue.topic))
+            while not pq.dropped:
+                try:
+                    await self._pulls.run(pq, self.subscription(pq.queue.topic))
+                except Exception:  # a bug: say so loudly, keep the other queues going
+                    log.exception("the pull loop of %s failed; it starts again", pq.queue)
+                    await trio.sleep(PULL_LOOP_RESTART_S)
 
     def _stop_queue(self, queue: MessageQueue, *, bounded: bool) -> None:
         pq = self._queues.pop(queue)
@@ -374,7 +379,7 @@ class AsyncPushConsumer:
                 self._offsets.update(queue, offset)
             await self._offsets.persist([queue])
             self._offsets.forget(queue)
-            if self._locks and pq.locked and not pq.consuming:
+            if self._locks and not pq.consuming:
                 try:
                     await self._requests.unlock(
                         self.group, self.client_id, queue.broker_name, [queue]

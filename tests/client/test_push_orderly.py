@@ -5,8 +5,6 @@ duplicates are dropped, and no queue is consumed by two members at the same time
 
 from __future__ import annotations
 
-import itertools
-
 import trio
 
 from broker.localcluster import LocalCluster
@@ -15,7 +13,7 @@ from client.message import MessageQueue
 from client.push_consumer import AsyncPushConsumer
 from tests.client.cluster_tools import Sent, create_topic, send
 from tests.client.consuming import Delivery, Recorder, partition, started, wait_for
-from tests.client.test_push_consumer import run_member
+from tests.client.test_push_consumer import assert_one_at_a_time, run_member
 
 PER_QUEUE = 50  # messages per queue, 8 queues
 CONSUME_S = 60.0
@@ -87,7 +85,4 @@ async def test_orderly_consumption_keeps_queue_order_through_a_leader_kill(
         mine = [d for d in recorder.deliveries if d.message.queue == queue]
         in_order = [d.message.body for d in first_occurrences(mine)]
         assert in_order == [s.body for s in sent[queue]], queue
-        # one member at a time: no two deliveries by different members overlap in time
-        spans = sorted((d.began, d.ended, d.member) for d in mine)
-        for (_, end_a, member_a), (begin_b, _, member_b) in itertools.pairwise(spans):
-            assert member_a == member_b or end_a <= begin_b, (queue, member_a, member_b)
+        assert_one_at_a_time(mine, queue)
