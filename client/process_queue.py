@@ -44,6 +44,19 @@ class FlowLimits:
             raise ValueError(f"span_max must be positive or None: {self.span_max}")
 
 
+@attrs.frozen
+class ProcessQueueInfo:
+    """A snapshot of one owned queue, for monitoring (RocketMQ's ProcessQueueInfo)."""
+
+    cached_count: int  # messages held: pulled, not yet consumed
+    cached_bytes: int  # their bodies' bytes
+    span: int  # offsets between the first and last held
+    commit_offset: int | None  # what a commit says now
+    pulled_to: int | None  # where the next pull starts
+    consuming: int  # batches with a listener now
+    locked: bool  # the broker lock, as last granted (orderly clustering)
+
+
 class ProcessQueue:
     def __init__(self, queue: MessageQueue, start_offset: int | None = None) -> None:
         self.queue = queue
@@ -124,6 +137,17 @@ class ProcessQueue:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+
+    def info(self) -> ProcessQueueInfo:
+        return ProcessQueueInfo(
+            self.count,
+            self.bytes,
+            self.span,
+            self.commit_offset(),
+            self.pulled_to,
+            self.consuming,
+            self.locked,
+        )
 
     # --- the consuming side ----------------------------------------------------------------
 

@@ -57,7 +57,7 @@ from client.offset_store import (
     RemoteOffsetStore,
     offset_file_path,
 )
-from client.process_queue import FlowLimits, ProcessQueue
+from client.process_queue import FlowLimits, ProcessQueue, ProcessQueueInfo
 from client.pull_loop import RETRY_PREFIX, PullLoop
 from client.push_config import PushConfig
 from client.rebalance import plan
@@ -138,6 +138,10 @@ class AsyncPushConsumer:
         """Per owned queue, the offset a commit would say now: the lowest not yet consumed
         (None while its start offset is being learnt)."""
         return {q: pq.commit_offset() for q, pq in sorted(self._queues.items())}
+
+    def process_queues(self) -> dict[MessageQueue, ProcessQueueInfo]:
+        """Per owned queue: what it holds, where it stands, whether pulls wait (monitoring)."""
+        return {q: pq.info() for q, pq in sorted(self._queues.items())}
 
     async def __aenter__(self) -> Self:
         if self._started:
@@ -498,6 +502,9 @@ class PushConsumer:
 
     def consume_offsets(self) -> dict[MessageQueue, int | None]:
         return self._call(self._consumer.consume_offsets)
+
+    def process_queues(self) -> dict[MessageQueue, ProcessQueueInfo]:
+        return self._call(self._consumer.process_queues)
 
     def _call(self, fn: Callable[[], Any]) -> Any:
         if self._loop is None:

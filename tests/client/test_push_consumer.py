@@ -21,6 +21,7 @@ from client.instance import ClientInstance, local_ip, open_instance
 from client.listeners import ConsumeStatus
 from client.message import MessageExt, MessageQueue
 from client.offset_store import offset_file_path, read_offset_file
+from client.process_queue import FlowLimits
 from client.push_consumer import AsyncPushConsumer, PushConsumer
 from tests.client.cluster_tools import Sent, create_topic, send
 from tests.client.consuming import Delivery, Recorder, partition, shares, started, wait_for
@@ -193,6 +194,44 @@ async def test_reconsume_later_is_retried_until_it_succeeds(live_cluster: LocalC
             ]
         )
         assert len(sent) == 5
+
+
+async def test_flow_control_stops_pulling_a_full_queue_until_it_drains(
+    live_cluster: LocalCluster,
+) -> None:
+    ns, topic = live_cluster.namesrv_addr, "PushFlow"
+    release = trio.Event()
+    consumed: list[str] = []
+
+    async def listener(messages: list[MessageExt]) -> ConsumeStatus:
+        await release.wait()
+        consumed.extend(m.msg_id for m in messages)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    async with open_instance(ns) as instance:
+        queues = await create_topic(instance, live_cluster, topic, 1)
+        queue = queues[0]
+        sent = [await send(instance, queue, f"f-{n}".encode()) for n in range(120)]
+        consumer = AsyncPushConsumer(
+            "cg_push_flow", ns, flow=FlowLimits(count_max=20), pull_batch_size=8, workers=2
+        )
+        consumer.subscribe(topic)
+        consumer.register_listener(listener)
+        async with consumer:
+            await wait_for(
+                lambda: consumer.process_queues()[queue].cached_count > 20, 15, "the queue full"
+            )
+            await trio.sleep(1.0)  # were pulls still going, more would be held by now
+            info = consumer.process_queues()[queue]
+            assert info.cached_count <= 20 + 8, info  # the limit, plus the pull that passed it
+            assert info.pulled_to is not None and info.pulled_to <= 28, info
+            assert info.commit_offset == 0
+            release.set()
+            await wait_for(lambda: len(consumed) >= len(sent), CONSUME_S, "every message")
+            await wait_for(
+                lambda: consumer.consume_offsets()[queue] == len(sent), 10, "the offset at the end"
+            )
+        assert sorted(consumed) == sorted(s.uniq_key for s in sent)
 
 
 async def run_member(
