@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -269,3 +272,43 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
     assert max(gaps) < CPP_SEND_TIMEOUT_S + 1.5, f"no acknowledged send for {max(gaps):.1f} s"
     assert got["complete"], "the consumer missed acknowledged messages"
     assert {f"failover-{s['seq']}" for s in acked} <= bodies(got["received"])
+
+
+SCRIPT = Path(__file__).with_name("native_api_script.py")
+NATIVE_IMPORT = "from rocketmq.client import Message, Producer, PushConsumer, SendStatus"
+COMPAT_IMPORT = "from client.compat import Message, Producer, PushConsumer, SendStatus"
+
+
+def run_script(path: Path, cluster: LocalCluster, topic: str, home: Path) -> dict[str, Any]:
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(SOURCE_ROOT)}
+    home.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, str(path), cluster.namesrv_addr, topic, f"cg_{topic}"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"the script gave no result (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def test_a_script_for_the_native_binding_runs_on_client_compat_unchanged_but_its_import(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """client.compat serves the native binding's API: the same script, once on librocketmq.so
+    and once on our client with only its import line changed, sends and receives the same."""
+    text = SCRIPT.read_text()
+    assert text.count(NATIVE_IMPORT) == 1
+    ours = tmp_path / "compat_script.py"
+    ours.write_text(text.replace(NATIVE_IMPORT, COMPAT_IMPORT))
+    native = run_script(SCRIPT, cluster, "CompatNative", tmp_path / "native")
+    compat = run_script(ours, cluster, "CompatOurs", tmp_path / "ours")
+    for result in (native, compat):
+        assert result["sent_ok"] == [True] * 30
+        assert len(result["received"]) == 35, sorted(result["received"])
+    strip = lambda r: {b: {k: v for k, v in m.items() if k != "topic"} for b, m in r.items()}  # noqa: E731
+    assert strip(compat["received"]) == strip(native["received"])
+    assert {m["topic"] for m in compat["received"].values()} == {"CompatOurs"}
