@@ -16,7 +16,9 @@ import time
 
 import attrs
 
+from broker import delays
 from broker.context import Broker
+from broker.delays import SCHEDULE_TOPICS, TIMER_TOPIC, DelayIllegal
 from broker.entries import encode_meta
 from broker.metadata import (
     DEFAULT_TOPIC,
@@ -26,6 +28,7 @@ from broker.metadata import (
     TopicConfig,
     topic_problem,
 )
+from broker.schedule import TIMER_PENDING_MAX, schedule_topic_op, timer_backlog
 from broker.state import Placed
 from broker.writes import WriteFailed, WriteUnknown
 from remoting import properties as props
@@ -33,7 +36,7 @@ from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.errors import MessageFormatError
+from remoting.errors import BadProperty, MessageFormatError, PropertiesTooLong
 from remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from remoting.message_id import offset_msg_id
 
@@ -104,6 +107,10 @@ def topic_for_send(
     problem = topic_problem(topic)
     if problem is not None:
         raise SendRefused(ResponseCode.SYSTEM_ERROR, problem)
+    if topic in SCHEDULE_TOPICS:  # RocketMQ's TopicValidator.isNotAllowedSendTopic
+        raise SendRefused(
+            ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+        )
     config = broker.topic(topic)
     if config is not None:
         return config, None
@@ -158,13 +165,26 @@ async def _send(
     store_host = broker.store_host
     now_ms = int(time.time() * 1000)
     records = []
+    metas = [create] if create is not None else []
     for message in outgoing:
         properties = message.properties
+        topic, record_queue_id = config.name, queue_id
+        if delays.needs_look(properties):
+            delay, properties = _delayed(broker, config.name, queue_id, properties, now_ms)
+            if delay is not None:
+                if batch:  # RocketMQ's CommitLog.putMessages refuses it too
+                    raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be delayed")
+                topic, record_queue_id = delay.topic, delay.queue_id
+                op = schedule_topic_op(
+                    broker.state.metadata, delay, len(broker.config.delay_levels)
+                )
+                if op is not None:
+                    metas.append(encode_meta(op))
         if props.find(properties, b"CLUSTER") is None:
             properties += props.encode({"CLUSTER": broker.config.cluster})
         try:
             record = stored_message.pack(
-                queue_id=queue_id,
+                queue_id=record_queue_id,
                 flag=message.flag,
                 queue_offset=0,  # the leader writes both offsets as the entry enters the log
                 physical_offset=0,
@@ -176,7 +196,7 @@ async def _send(
                 reconsume_times=header.reconsume_times or 0,
                 prepared_transaction_offset=0,
                 body=message.body,
-                topic=config.name,
+                topic=topic,
                 properties_data=properties,
             )
         except MessageFormatError as err:
@@ -195,7 +215,7 @@ async def _send(
             f"service not available now. It may be caused by one of the following reasons: "
             f"{disk_full}, messages are put to the slave, message store has been shut down, etc.",
         )
-    bodies = ([create] if create is not None else []) + records
+    bodies = metas + records
     try:
         written = await broker.writes.append(bodies, SEND_TIMEOUT_S)
     except WriteFailed as err:
@@ -219,6 +239,38 @@ async def _send(
     response["MSG_REGION"] = "DefaultRegion"
     response["TRACE_ON"] = "true"
     return request.response(ResponseCode.SUCCESS, ext_fields=response)
+
+
+def _delayed(
+    broker: Broker, topic: str, queue_id: int, properties: bytes, now_ms: int
+) -> tuple[delays.Delay | None, bytes]:
+    """The delay a message asks for and its properties as stored: rewritten for a schedule
+    queue when delayed (broker/delays.py), without a SCHEDULE_SOURCE a client set (only the
+    leader's deliveries may carry one), else as they came."""
+    try:
+        values = props.decode(properties)
+    except UnicodeDecodeError:
+        return None, properties  # stored as it came; nothing in it we could read
+    stripped = values.pop(delays.SOURCE, None) is not None
+    config = broker.config
+    try:
+        delay = delays.delay_of(
+            values, now_ms, config.delay_levels, config.timer_max_delay_s * 1000
+        )
+    except DelayIllegal as err:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
+    if delay is None:
+        return None, props.encode(values) if stripped else properties
+    if delay.topic == TIMER_TOPIC and timer_backlog(broker.state) >= TIMER_PENDING_MAX:
+        raise SendRefused(
+            ResponseCode.SYSTEM_BUSY,
+            f"[TIMER] {TIMER_PENDING_MAX} timer messages are waiting already; try again later",
+        )
+    try:
+        data = props.encode(delays.scheduled_properties(values, topic, queue_id, delay))
+    except (BadProperty, PropertiesTooLong) as err:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
+    return delay, data
 
 
 def _host(peer: str) -> tuple[str, int]:
