@@ -403,3 +403,23 @@ def timer_backlog(state: BrokerState) -> int:
     lo, hi = state.queue_range(TIMER_TOPIC, TIMER_QUEUE_ID)
     progress = state.metadata.schedule.of(TIMER_TOPIC, TIMER_QUEUE_ID)
     return max(0, hi - max(progress.watermark, lo) - len(progress.ahead))
+
+
+def schedule_info(state: BrokerState) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's lines on delays: RocketMQ's `scheduleMessageOffset_<level>`,
+    "delivered,max" queue offsets of each level queue that holds records, and ours for the
+    timer queue, `timerMessageOffset` the same way and `timerBacklog` (records waiting)."""
+    table = {}
+    for topic, queue_id, _ in state.queues:
+        if topic not in delays.SCHEDULE_TOPICS:
+            continue
+        _, hi = state.queue_range(topic, queue_id)
+        watermark = state.metadata.schedule.of(topic, queue_id).watermark
+        key = (
+            "timerMessageOffset"
+            if topic == TIMER_TOPIC
+            else f"scheduleMessageOffset_{queue_id + 1}"
+        )
+        table[key] = f"{watermark},{hi}"
+    table["timerBacklog"] = str(timer_backlog(state))
+    return table
