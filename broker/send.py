@@ -22,8 +22,12 @@ from broker.delays import SCHEDULE_TOPICS, TIMER_TOPIC, DelayIllegal
 from broker.entries import encode_meta
 from broker.metadata import (
     DEFAULT_TOPIC,
+    DLQ_GROUP_PREFIX,
     PERM_INHERIT,
+    PERM_READ,
     PERM_WRITE,
+    RETRY_GROUP_PREFIX,
+    GroupConfig,
     Metadata,
     TopicConfig,
     topic_problem,
@@ -46,6 +50,9 @@ log = logging.getLogger("broker.send")
 BATCH_HEAD = struct.Struct(">iiiii")
 INT16 = struct.Struct(">h")
 BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bounds one append
+TRANSACTION_BITS = 0xC  # sysFlag: 0x4 prepared (a half message), 0x8 commit, 0xC rollback
+DELAYABLE = (0, 0x8)  # as RocketMQ, only a plain or committed message is delayed
+DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 SEND_TIMEOUT_S = 3.0  # the C++ client's default send timeout; a write waits at most this
 
 
@@ -142,13 +149,14 @@ async def _send(
     connection: Connection,
     header: SendMessageRequestHeader,
 ) -> RemotingCommand:
-    config, create = topic_for_send(broker, header)
+    dead = _dead_letter(broker, header)
+    config, create = dead if dead is not None else topic_for_send(broker, header)
     if not config.perm & PERM_WRITE:
         raise SendRefused(
             ResponseCode.NO_PERMISSION, f"the topic[{config.name}] sending message is forbidden"
         )
     queue_id = header.queue_id
-    if queue_id < 0:
+    if queue_id < 0 or dead is not None:
         queue_id = random.randrange(config.write_queues)
     if queue_id >= config.write_queues:
         raise SendRefused(
@@ -170,7 +178,10 @@ async def _send(
         properties = message.properties
         topic, record_queue_id = config.name, queue_id
         if delays.needs_look(properties):
-            delay, properties = _delayed(broker, config.name, queue_id, properties, now_ms)
+            delayable = header.sys_flag & TRANSACTION_BITS in DELAYABLE and dead is None
+            delay, properties = _delayed(
+                broker, config.name, queue_id, properties, now_ms, delayable
+            )
             if delay is not None:
                 if batch:  # RocketMQ's CommitLog.putMessages refuses it too
                     raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be delayed")
@@ -241,22 +252,51 @@ async def _send(
     return request.response(ResponseCode.SUCCESS, ext_fields=response)
 
 
+def _dead_letter(
+    broker: Broker, header: SendMessageRequestHeader
+) -> tuple[TopicConfig, bytes | None] | None:
+    """RocketMQ's handleRetryTopicMsg: a send to %RETRY%<group> (a client giving a message back
+    by itself when CONSUMER_SEND_MSG_BACK failed) whose reconsumeTimes reached the limit (the
+    request's maxReconsumeTimes, else the group's retryMaxTimes) goes to %DLQ%<group>, created
+    as send-back creates it (broker/send_back.py), and is not delayed. None for other sends."""
+    if not header.topic.startswith(RETRY_GROUP_PREFIX):
+        return None
+    group = header.topic[len(RETRY_GROUP_PREFIX) :]
+    group_config = broker.state.metadata.groups.get(group)
+    if group_config is None:
+        if not broker.config.auto_create_subscription_group:
+            raise SendRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        group_config = GroupConfig(group)
+    limit = header.max_reconsume_times
+    if limit is None or limit < 0:
+        limit = group_config.retry_max_times
+    if (header.reconsume_times or 0) < limit:
+        return None
+    topic = DLQ_GROUP_PREFIX + group
+    config = broker.topic(topic)
+    if config is not None:
+        return config, None
+    config = TopicConfig(topic, DLQ_QUEUES, DLQ_QUEUES, PERM_READ | PERM_WRITE)
+    return config, encode_meta(Metadata.topic_op(config))
+
+
 def _delayed(
-    broker: Broker, topic: str, queue_id: int, properties: bytes, now_ms: int
+    broker: Broker, topic: str, queue_id: int, properties: bytes, now_ms: int, delayable: bool
 ) -> tuple[delays.Delay | None, bytes]:
-    """The delay a message asks for and its properties as stored: rewritten for a schedule
-    queue when delayed (broker/delays.py), without a SCHEDULE_SOURCE a client set (only the
-    leader's deliveries may carry one), else as they came."""
+    """The delay a message asks for (none unless `delayable`) and its properties as stored:
+    rewritten for a schedule queue when delayed (broker/delays.py), without a SCHEDULE_SOURCE
+    a client set (only the leader's deliveries may carry one), else as they came."""
     try:
         values = props.decode(properties)
     except UnicodeDecodeError:
         return None, properties  # stored as it came; nothing in it we could read
     stripped = values.pop(delays.SOURCE, None) is not None
     config = broker.config
+    max_ms = config.timer_max_delay_s * 1000
     try:
-        delay = delays.delay_of(
-            values, now_ms, config.delay_levels, config.timer_max_delay_s * 1000
-        )
+        delay = delays.delay_of(values, now_ms, config.delay_levels, max_ms) if delayable else None
     except DelayIllegal as err:
         raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
     if delay is None:

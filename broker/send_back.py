@@ -39,6 +39,7 @@ from broker.metadata import (
     TopicConfig,
 )
 from broker.schedule import schedule_topic_op
+from broker.send import DLQ_QUEUES
 from broker.state import HEADER_BYTES
 from broker.writes import WriteFailed, WriteUnknown
 from dledger.log.errors import LogError
@@ -55,7 +56,6 @@ log = logging.getLogger("broker.send_back")
 
 LOOKUP_WAIT_S = 3.0  # a message this replica has not applied yet is waited for this long
 WRITE_TIMEOUT_S = 3.0  # as a send's
-DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 RETRY_PERM = DLQ_PERM = PERM_READ | PERM_WRITE
 
 

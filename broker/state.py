@@ -311,9 +311,9 @@ class BrokerState:
             tags = props.find(fields.properties, b"TAGS")
             tag_hash = tags_code(tags.decode(errors="replace")) if tags is not None else 0
         queue.append(fields.queue_offset, physical_offset, fields.size, tag_hash)
-        source_text = props.find(fields.properties, SOURCE_BYTES)
-        if source_text is not None:  # a delayed message delivered: its source is done
-            source = Source.parse(source_text)
+        if SOURCE_BYTES in fields.properties:  # a delayed message delivered: its source is done
+            source_text = props.find(fields.properties, SOURCE_BYTES)
+            source = Source.parse(source_text) if source_text is not None else None
             if source is not None:
                 self._shaped_sources.discard(source)
                 self._apply_meta(index, DeliveryProgress.delivered_op(source))

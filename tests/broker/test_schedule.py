@@ -28,6 +28,7 @@ from broker.delays import (
     parse_levels,
 )
 from broker.entries import EntryType, decode_meta, entry_type, void_entry
+from broker.metadata import Metadata
 from broker.schedule_progress import DeliveryProgress, QueueProgress
 from remoting import properties as props
 from remoting.client import open_connection
@@ -218,6 +219,21 @@ def test_progress_state_round_trips_and_ops_apply() -> None:
     copy = DeliveryProgress()
     copy.restore(progress.state())
     assert copy.queues == progress.queues
+
+
+def test_progress_is_metadata_snapshots_and_checkpoints_carry() -> None:
+    metadata = Metadata()
+    metadata.apply(DeliveryProgress.delivered_op(Source(TIMER_TOPIC, 0, 3)))
+    metadata.apply(DeliveryProgress.skip_op(SCHEDULE_TOPIC, 0, 9))
+    assert metadata.version == 0  # not topic data: no re-registration
+    copy = Metadata()
+    copy.restore(metadata.snapshot_op(1, 2)["state"])
+    assert copy.schedule.queues == metadata.schedule.queues
+    older = Metadata()
+    state = metadata.state()
+    del state["schedule"]  # a checkpoint written before delays existed
+    older.restore(state)
+    assert older.schedule.queues == {}
 
 
 @given(st.integers(23, 300_000))

@@ -282,3 +282,26 @@ async def test_timer_records_roll_forward_and_still_arrive_once(
         progress = state.metadata.schedule.of(TIMER_TOPIC, 0)
     assert end > 24  # copies were appended
     assert progress.watermark == end and not progress.ahead
+
+
+async def test_records_retention_deleted_are_skipped_everywhere(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The leader's schedule queue lost its first file (retention): a schedule_skip moves every
+    replica's watermark past it, and the records still held are delivered."""
+    config = ScheduleConfig((60_000,), STORE_HOST)
+    async with scheduled_group(tmp_path, config) as schedulers:
+        group = schedulers.group
+        for n in range(70):  # the test geometry holds 64 units per ConsumeQueue file
+            delay = delays.level_delay(1, clock_ms(), config.levels)
+            await group.append([schedule_record(n, delay)])
+        leader = await group.wait_for_leader()
+        state = states(group)[leader]
+        (unit,) = state.units(SCHEDULE_TOPIC, 0, 64, 1)
+        state.log_trimmed(unit.physical_offset)  # as retention would, on the leader only
+        assert state.queue_range(SCHEDULE_TOPIC, 0) == (64, 70)
+        await wait_delivered(group, 6)
+        for s in states(group).values():
+            keys = sorted(int(m.properties["UNIQ_KEY"][1:]) for m in real_messages(s))
+            assert keys == list(range(64, 70))
+            assert s.metadata.schedule.of(SCHEDULE_TOPIC, 0).watermark == 70

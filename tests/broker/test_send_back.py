@@ -164,3 +164,45 @@ async def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
                 assert code == ResponseCode.SYSTEM_ERROR
                 assert why in remark, remark
             assert leader.topic(RETRY) is None  # nothing was stored
+
+
+async def send_to_retry(
+    conn: Connection, reconsume_times: int, max_times: int | None, body: bytes
+) -> None:
+    """A client's own give-back (the Java client's fallback): a send to %RETRY%<group> with
+    reconsumeTimes and DELAY set, as DefaultMQPushConsumerImpl.sendMessageBack makes it."""
+    fields = {
+        "producerGroup": "CLIENT_INNER_PRODUCER",
+        "topic": RETRY,
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 1,
+        "queueId": 0,
+        "sysFlag": 0,
+        "bornTimestamp": wall_ms(),
+        "flag": 0,
+        "properties": rmq.properties(DELAY=str(3 + reconsume_times), RETRY_TOPIC=TOPIC),
+        "reconsumeTimes": reconsume_times,
+        "unitMode": "false",
+    }
+    if max_times is not None:
+        fields["maxReconsumeTimes"] = max_times
+    response = await rmq.call(conn, RequestCode.SEND_MESSAGE, fields, body)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+
+
+async def test_a_client_sending_to_the_retry_topic_past_the_limit_reaches_the_dlq(
+    tmp_path: Path,
+) -> None:
+    async with broker_group(tmp_path, delay_levels=LEVELS) as group:
+        leader = group.leader()
+        async with open_connection("127.0.0.1", leader.config.listen.port) as conn:
+            sent_ms = wall_ms()
+            await send_to_retry(conn, 1, 2, b"again")  # below the limit: delayed, level 4
+            await send_to_retry(conn, 2, 2, b"dead")  # at the request's limit: the DLQ, at once
+            await send_to_retry(conn, 16, None, b"dead too")  # the group's default limit, 16
+            retry = await next_message(conn, RETRY, 0)
+            dead = [await next_message(conn, DLQ, k) for k in (0, 1)]
+    assert retry.body == b"again" and retry.store_timestamp_ms >= sent_ms + LEVELS[3]
+    assert [m.body for m in dead] == [b"dead", b"dead too"]
+    assert all(m.store_timestamp_ms < sent_ms + LEVELS[3] for m in dead)
+    assert [m.reconsume_times for m in dead] == [2, 16]
