@@ -146,6 +146,29 @@ def test_sync_send_and_a_clustering_push_consumer_gets_every_message_intact(
         assert message["topic"] == topic
 
 
+def test_a_push_consumer_that_fails_a_message_gets_it_again_from_the_retry_topic(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """RECONSUME_LATER: the C++ client sends the message back (CONSUMER_SEND_MSG_BACK to the
+    store host), the broker stores it to %RETRY%<group> after level 3's 10 s, and the consumer
+    gets it again with reconsumeTimes 1 and its own topic, id and properties."""
+    ns, topic, n = cluster.namesrv_addr, "CppRetryTopic", 4
+    sent = drive(ns, tmp_path, "--topic", topic, "--group", "cpp_retry_pg", "send-sync", str(n))
+    assert sent["errors"] == []
+    args = ("--topic", topic, "--group", "cpp_retry_cg", "--timeout", CONSUME_TIMEOUT_S)
+    got = drive(ns, tmp_path, *args, "push-reconsume", str(n))
+    assert got["complete"], got["received"]
+    uniq_keys = {s["seq"]: s["msg_id"] for s in sent["sent"]}
+    first = [m for m in got["received"] if m["reconsume_times"] == 0]
+    again = [m for m in got["received"] if m["reconsume_times"] == 1]
+    assert bodies(first) == bodies(again) == {f"sync-{i}" for i in range(n)}
+    for message in again:
+        assert_intact(message, "sync")
+        assert message["topic"] == topic  # mapped back from %RETRY%cpp_retry_cg
+        assert message["properties"]["RETRY_TOPIC"] == topic
+        assert message["properties"]["UNIQ_KEY"] == uniq_keys[seq_of(message)]
+
+
 def test_one_way_sends_arrive(cluster: LocalCluster, tmp_path: Path) -> None:
     ns, topic, n = cluster.namesrv_addr, "CppOnewayTopic", 20
     sent = drive(ns, tmp_path, "--topic", topic, "--group", "cpp_oneway_pg", "send-oneway", str(n))
