@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from broker.context import Broker
 from broker.entries import encode_meta
 from broker.metadata import QUEUES_MAX, GroupConfig, Metadata, TopicConfig, topic_problem
+from broker.schedule import schedule_info
 from broker.writes import WriteFailed, WriteUnknown
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -153,6 +154,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "offsetEntriesWritten": str(broker.offsets.entries_written),
         "topicCount": str(len(broker.state.metadata.topics)),
     }
+    table.update(schedule_info(broker.state))
     return table
 
 

@@ -36,6 +36,12 @@ import attrs
 
 from broker import limits as broker_limits
 from broker.consume_queue import CONSUME_QUEUE_DIR
+from broker.delays import (
+    DEFAULT_LEVELS_TEXT,
+    TIMER_MAX_DELAY_SEC_DEFAULT,
+    format_levels,
+    parse_levels,
+)
 from broker.index_file import INDEX_DIR
 from broker.properties_file import Property, read_properties
 from broker.state import Geometry
@@ -71,6 +77,7 @@ NAMESRV_HEARTBEAT_MS_DEFAULT = 3000
 NAMESRV_HEARTBEAT_MS_MIN = 100  # each registration carries every topic config to every namesrv
 NAMESRV_HEARTBEAT_MS_MAX = NAMESRV_BROKER_EXPIRY_MS // 3
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+TIMER_MAX_DELAY_SEC_MAX = 365 * 86_400  # a timer message is rolled forward, so any is kept
 RAFT_TIMING = "tickMs, heartbeatMs, electionTimeoutMs, electionTimeoutMaxMs"
 # 32 mapped segments (dledger's SEGMENTS_OPEN_MAX) then take at most 128 GiB of address space
 SEGMENT_BYTES_MAX = 4 << 30
@@ -119,6 +126,8 @@ class BrokerConfig:
     auto_create_topic: bool = True  # autoCreateTopicEnable
     auto_create_subscription_group: bool = True  # autoCreateSubscriptionGroup
     enable_property_filter: bool = True  # enablePropertyFilter: SQL92 subscriptions
+    delay_levels: tuple[int, ...] = parse_levels(DEFAULT_LEVELS_TEXT)  # messageDelayLevel, ms
+    timer_max_delay_s: int = TIMER_MAX_DELAY_SEC_DEFAULT  # timerMaxDelaySec
     segment_bytes: int = dledger_limits.SEGMENT_BYTES_DEFAULT  # mappedFileSizeCommitLog
     preferred_leader: str | None = None  # preferredLeaderId
     tick_ms: int = dledger_limits.TICK_MS_DEFAULT
@@ -365,6 +374,15 @@ def read_ms(text: str) -> int:
     return read_int(1, 3_600_000)(text)
 
 
+def read_levels(text: str) -> tuple[int, ...]:
+    """messageDelayLevel: "1s 5s 10s ... 2h", RocketMQ's units s, m, h, d (and ms, ours)."""
+    return parse_levels(text)
+
+
+def format_delay_levels(value: Any) -> str:
+    return format_levels(tuple(value))
+
+
 def format_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -431,6 +449,10 @@ KEYS: tuple[Key, ...] = (
         "auto_create_subscription_group", read_bool, "create a group on first use"),
     Key("enablePropertyFilter", "--enable-property-filter", "enable_property_filter", read_bool,
         "accept SQL92 subscriptions (filters on message properties)"),
+    Key("messageDelayLevel", "--message-delay-level", "delay_levels", read_levels,
+        "delays of levels 1, 2, ...: \"1s 5s 10s ... 2h\"", format=format_delay_levels),
+    Key("timerMaxDelaySec", "--timer-max-delay-sec", "timer_max_delay_s",
+        read_int(1, TIMER_MAX_DELAY_SEC_MAX), "the furthest a timer message may be due (s)"),
     Key("mappedFileSizeCommitLog", "--segment-bytes", "segment_bytes",
         read_int(dledger_limits.SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
         "log segment size; the same on every replica"),

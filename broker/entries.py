@@ -58,3 +58,27 @@ def decode_meta(body: bytes) -> dict[str, Any] | None:
     except (ValueError, msgpack.UnpackException):
         return None
     return op if isinstance(op, dict) else None
+
+
+VOID_OP = "void"
+
+
+def void_entry(size: int) -> bytes:
+    """A metadata entry of exactly `size` bytes that changes nothing (op "void", padded):
+    what the leader's shaper puts in place of a proposed message it must not store (a second
+    delivery of a delayed message), since a proposal's payloads keep their lengths there."""
+    for extra in ({}, {"n": 0}):  # the second form steps over sizes the first cannot hit
+        op: dict[str, Any] = {"op": VOID_OP, **extra, "pad": b""}
+        fixed = SIZE_MAGIC.size + len(msgpack.packb(op, use_bin_type=True)) - 2  # less bin8's
+        for header in (2, 3, 5):  # msgpack bin8, bin16, bin32 headers
+            pad = size - fixed - header
+            if pad >= 0 and _bin_header_bytes(pad) == header:
+                op["pad"] = bytes(pad)
+                payload = msgpack.packb(op, use_bin_type=True)
+                assert SIZE_MAGIC.size + len(payload) == size, (size, len(payload))
+                return SIZE_MAGIC.pack(size, META_MAGIC) + payload
+    raise AssertionError(f"no void entry of {size} bytes")  # sizes from 23 up all have one
+
+
+def _bin_header_bytes(length: int) -> int:
+    return 2 if length < 1 << 8 else 3 if length < 1 << 16 else 5

@@ -288,8 +288,11 @@ class IndexStore:
         return len(names)
 
     def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
-        """Index the stored message at `at` of `buf` (the dispatcher's and rebuild's path)."""
-        fields = stored_message.read_dispatch(buf, at)
+        """Index the stored message at `at` of `buf` (the rebuild's path)."""
+        return self.index_fields(stored_message.read_dispatch(buf, at))
+
+    def index_fields(self, fields: stored_message.DispatchFields) -> int:
+        """Index a message from the fields the dispatcher has already read."""
         keys = props.find(fields.properties, b"KEYS")
         uniq = props.find(fields.properties, b"UNIQ_KEY")
         return self.index_message(

@@ -1,4 +1,5 @@
-"""The broker's replicated metadata: topic configs, subscription groups, consumer offsets.
+"""The broker's replicated metadata: topic configs, subscription groups, consumer offsets,
+queue locks and the delivery progress of delayed messages (broker/schedule_progress.py).
 
 Every change is an operation carried by a log entry (broker/entries.py), applied by every
 replica in log order, so a new leader has it at once. Operations are "set" or "delete" of one
@@ -14,6 +15,9 @@ from typing import Any
 
 import attrs
 
+from broker.delays import SCHEDULE_TOPICS
+from broker.schedule_progress import DeliveryProgress
+
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"  # RocketMQ's template for auto-created topics (AUTO_CREATE_TOPIC_KEY)
 RETRY_GROUP_PREFIX = "%RETRY%"
@@ -23,7 +27,7 @@ TOPIC_CHARS_MAX = 127
 GROUP_NAME = TOPIC_NAME
 LOCKS_MAX = 100_000  # queue locks kept (a bound; only live consumers renew theirs)
 QUEUES_MAX = 1024  # per topic; RocketMQ has no hard bound, we keep a queue's files bounded
-SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"})
+SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, *SCHEDULE_TOPICS, "RMQ_SYS_TRANS_HALF_TOPIC"})
 
 
 def topic_problem(topic: str) -> str | None:
@@ -131,6 +135,8 @@ class Metadata:
         # queue locks of orderly consumers: (client id, ms of its last (re)lock, the
         # proposer's clock), decided by every replica as the lock entry is applied
         self.locks: dict[LockKey, tuple[str, int]] = {}
+        # delivery progress of the schedule queues (delayed messages, broker/schedule.py)
+        self.schedule = DeliveryProgress()
         self.version = 0  # counts applied changes (RocketMQ's dataVersion counter)
 
     # --- operations (broker/entries.py carries them) ---------------------------------------
@@ -167,6 +173,9 @@ class Metadata:
                 if holder is not None and holder[0] == op["client"]:
                     del self.locks[lock_key]
             return
+        elif kind in ("delivered", "schedule_skip"):
+            self.schedule.apply(op)
+            return  # not topic data either
         elif kind == "snapshot":
             return  # BrokerState decides whether a snapshot applies (broker/state.py)
         else:
@@ -246,6 +255,7 @@ class Metadata:
             "groups": [g.to_row() for g in self.groups.values()],
             "offsets": [[g, t, q, o] for (g, t, q), o in self.offsets.items()],
             "locks": [[*key, c, at] for key, (c, at) in self.locks.items()],
+            "schedule": self.schedule.state(),
             "version": self.version,
         }
 
@@ -256,4 +266,5 @@ class Metadata:
         self.locks = {
             (g, t, b, int(q)): (c, int(at)) for g, t, b, q, c, at in state.get("locks", ())
         }
+        self.schedule.restore(state.get("schedule", ()))
         self.version = int(state.get("version", 0))

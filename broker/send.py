@@ -16,16 +16,23 @@ import time
 
 import attrs
 
+from broker import delays
 from broker.context import Broker
+from broker.delays import SCHEDULE_TOPICS, TIMER_TOPIC, DelayIllegal
 from broker.entries import encode_meta
 from broker.metadata import (
     DEFAULT_TOPIC,
+    DLQ_GROUP_PREFIX,
     PERM_INHERIT,
+    PERM_READ,
     PERM_WRITE,
+    RETRY_GROUP_PREFIX,
+    GroupConfig,
     Metadata,
     TopicConfig,
     topic_problem,
 )
+from broker.schedule import TIMER_PENDING_MAX, schedule_topic_op, timer_backlog
 from broker.state import Placed
 from broker.writes import WriteFailed, WriteUnknown
 from remoting import properties as props
@@ -33,7 +40,7 @@ from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.errors import MessageFormatError
+from remoting.errors import BadProperty, MessageFormatError, PropertiesTooLong
 from remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from remoting.message_id import offset_msg_id
 
@@ -43,6 +50,9 @@ log = logging.getLogger("broker.send")
 BATCH_HEAD = struct.Struct(">iiiii")
 INT16 = struct.Struct(">h")
 BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bounds one append
+TRANSACTION_BITS = 0xC  # sysFlag: 0x4 prepared (a half message), 0x8 commit, 0xC rollback
+DELAYABLE = (0, 0x8)  # as RocketMQ, only a plain or committed message is delayed
+DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 SEND_TIMEOUT_S = 3.0  # the C++ client's default send timeout; a write waits at most this
 
 
@@ -104,6 +114,10 @@ def topic_for_send(
     problem = topic_problem(topic)
     if problem is not None:
         raise SendRefused(ResponseCode.SYSTEM_ERROR, problem)
+    if topic in SCHEDULE_TOPICS:  # RocketMQ's TopicValidator.isNotAllowedSendTopic
+        raise SendRefused(
+            ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+        )
     config = broker.topic(topic)
     if config is not None:
         return config, None
@@ -135,13 +149,14 @@ async def _send(
     connection: Connection,
     header: SendMessageRequestHeader,
 ) -> RemotingCommand:
-    config, create = topic_for_send(broker, header)
+    dead = _dead_letter(broker, header)
+    config, create = dead if dead is not None else topic_for_send(broker, header)
     if not config.perm & PERM_WRITE:
         raise SendRefused(
             ResponseCode.NO_PERMISSION, f"the topic[{config.name}] sending message is forbidden"
         )
     queue_id = header.queue_id
-    if queue_id < 0:
+    if queue_id < 0 or dead is not None:
         queue_id = random.randrange(config.write_queues)
     if queue_id >= config.write_queues:
         raise SendRefused(
@@ -158,13 +173,29 @@ async def _send(
     store_host = broker.store_host
     now_ms = int(time.time() * 1000)
     records = []
+    metas = [create] if create is not None else []
     for message in outgoing:
         properties = message.properties
+        topic, record_queue_id = config.name, queue_id
+        if delays.needs_look(properties):
+            delayable = header.sys_flag & TRANSACTION_BITS in DELAYABLE and dead is None
+            delay, properties = _delayed(
+                broker, config.name, queue_id, properties, now_ms, delayable
+            )
+            if delay is not None:
+                if batch:  # RocketMQ's CommitLog.putMessages refuses it too
+                    raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be delayed")
+                topic, record_queue_id = delay.topic, delay.queue_id
+                op = schedule_topic_op(
+                    broker.state.metadata, delay, len(broker.config.delay_levels)
+                )
+                if op is not None:
+                    metas.append(encode_meta(op))
         if props.find(properties, b"CLUSTER") is None:
             properties += props.encode({"CLUSTER": broker.config.cluster})
         try:
             record = stored_message.pack(
-                queue_id=queue_id,
+                queue_id=record_queue_id,
                 flag=message.flag,
                 queue_offset=0,  # the leader writes both offsets as the entry enters the log
                 physical_offset=0,
@@ -176,7 +207,7 @@ async def _send(
                 reconsume_times=header.reconsume_times or 0,
                 prepared_transaction_offset=0,
                 body=message.body,
-                topic=config.name,
+                topic=topic,
                 properties_data=properties,
             )
         except MessageFormatError as err:
@@ -195,7 +226,7 @@ async def _send(
             f"service not available now. It may be caused by one of the following reasons: "
             f"{disk_full}, messages are put to the slave, message store has been shut down, etc.",
         )
-    bodies = ([create] if create is not None else []) + records
+    bodies = metas + records
     try:
         written = await broker.writes.append(bodies, SEND_TIMEOUT_S)
     except WriteFailed as err:
@@ -219,6 +250,67 @@ async def _send(
     response["MSG_REGION"] = "DefaultRegion"
     response["TRACE_ON"] = "true"
     return request.response(ResponseCode.SUCCESS, ext_fields=response)
+
+
+def _dead_letter(
+    broker: Broker, header: SendMessageRequestHeader
+) -> tuple[TopicConfig, bytes | None] | None:
+    """RocketMQ's handleRetryTopicMsg: a send to %RETRY%<group> (a client giving a message back
+    by itself when CONSUMER_SEND_MSG_BACK failed) whose reconsumeTimes reached the limit (the
+    request's maxReconsumeTimes, else the group's retryMaxTimes) goes to %DLQ%<group>, created
+    as send-back creates it (broker/send_back.py), and is not delayed. None for other sends."""
+    if not header.topic.startswith(RETRY_GROUP_PREFIX):
+        return None
+    group = header.topic[len(RETRY_GROUP_PREFIX) :]
+    group_config = broker.state.metadata.groups.get(group)
+    if group_config is None:
+        if not broker.config.auto_create_subscription_group:
+            raise SendRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+            )
+        group_config = GroupConfig(group)
+    limit = header.max_reconsume_times
+    if limit is None or limit < 0:
+        limit = group_config.retry_max_times
+    if (header.reconsume_times or 0) < limit:
+        return None
+    topic = DLQ_GROUP_PREFIX + group
+    config = broker.topic(topic)
+    if config is not None:
+        return config, None
+    config = TopicConfig(topic, DLQ_QUEUES, DLQ_QUEUES, PERM_READ | PERM_WRITE)
+    return config, encode_meta(Metadata.topic_op(config))
+
+
+def _delayed(
+    broker: Broker, topic: str, queue_id: int, properties: bytes, now_ms: int, delayable: bool
+) -> tuple[delays.Delay | None, bytes]:
+    """The delay a message asks for (none unless `delayable`) and its properties as stored:
+    rewritten for a schedule queue when delayed (broker/delays.py), without a SCHEDULE_SOURCE
+    a client set (only the leader's deliveries may carry one), else as they came."""
+    try:
+        values = props.decode(properties)
+    except UnicodeDecodeError:
+        return None, properties  # stored as it came; nothing in it we could read
+    stripped = values.pop(delays.SOURCE, None) is not None
+    config = broker.config
+    max_ms = config.timer_max_delay_s * 1000
+    try:
+        delay = delays.delay_of(values, now_ms, config.delay_levels, max_ms) if delayable else None
+    except DelayIllegal as err:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
+    if delay is None:
+        return None, props.encode(values) if stripped else properties
+    if delay.topic == TIMER_TOPIC and timer_backlog(broker.state) >= TIMER_PENDING_MAX:
+        raise SendRefused(
+            ResponseCode.SYSTEM_BUSY,
+            f"[TIMER] {TIMER_PENDING_MAX} timer messages are waiting already; try again later",
+        )
+    try:
+        data = props.encode(delays.scheduled_properties(values, topic, queue_id, delay))
+    except (BadProperty, PropertiesTooLong) as err:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
+    return delay, data
 
 
 def _host(peer: str) -> tuple[str, int]:

@@ -25,6 +25,7 @@ from broker.context import Broker
 from broker.handlers import bound
 from broker.offsets import OffsetCoalescer
 from broker.registration import Registrar
+from broker.schedule import run_schedules
 from broker.snapshots import propose_snapshots
 from broker.state import BrokerState, Geometry
 from broker.writes import WritePath
@@ -73,6 +74,7 @@ async def serve(
                 nursery.start_soon(offsets.run)
                 nursery.start_soon(state.run_checkpoints, CHECKPOINT_INTERVAL_S)
                 nursery.start_soon(propose_snapshots, broker)
+                nursery.start_soon(run_schedules, broker)
                 server = RemotingServer(Dispatcher(bound(broker)))
                 listen = config.listen
                 await nursery.start(server.serve_tcp, listen.host, listen.port)

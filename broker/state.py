@@ -33,9 +33,11 @@ import attrs
 import trio
 
 from broker.consume_queue import CONSUME_QUEUE_DIR, ConsumeQueueSet, FlushPlan, Unit, run_flush
-from broker.entries import EntryType, decode_meta, entry_type
+from broker.delays import SCHEDULE_TOPICS, SOURCE_BYTES, Source, due_of
+from broker.entries import EntryType, decode_meta, entry_type, void_entry
 from broker.index_file import INDEX_DIR, IndexFile, IndexStore
 from broker.metadata import Metadata
+from broker.schedule_progress import DeliveryProgress
 from dledger import limits as dledger_limits
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
@@ -91,6 +93,7 @@ class BrokerState:
         self.geometry = geometry or Geometry()
         self.metadata = Metadata()
         self.applied_index = store.first_index - 1
+        self.applied_term = 0  # the term of the last entry applied in this run
         self.queues: ConsumeQueueSet
         self.index: IndexStore
         self._arrivals: dict[QueueKey, trio.Event] = {}
@@ -102,6 +105,11 @@ class BrokerState:
         self._ready_term: int | None = None
         self._next_offsets: dict[QueueKey, int] = {}
         self._last_shape: list[QueueKey] = []
+        # deliveries of delayed messages the leader shaped in `_ready_term` and has not applied
+        # yet: with the applied progress, what must never be delivered again (broker/schedule.py)
+        self._shaped_sources: set[Source] = set()
+        self._last_sources: list[Source] = []
+        self._schedule_arrival = trio.Event()
         self.shaper = self
         # Metadata is complete when this replica applied the log from its first entry or
         # restored a checkpoint; else (rebuilt from a log retention cut) it waits for a snapshot
@@ -259,6 +267,8 @@ class BrokerState:
             else:
                 log.error("index %d: an entry that is neither message nor metadata", first + k)
         self.applied_index = max(self.applied_index, first + len(batch.payloads) - 1)
+        if batch.terms:
+            self.applied_term = batch.terms[-1]
         self._applied.set()
         self._applied = trio.Event()
         if topics_changed:
@@ -293,10 +303,21 @@ class BrokerState:
         fields = stored_message.read_dispatch(body)
         assert fields.physical_offset == physical_offset, (index, fields, physical_offset)
         queue = self.queues.queue(fields.topic, fields.queue_id)
-        tags = props.find(fields.properties, b"TAGS")
-        tag_hash = tags_code(tags.decode(errors="replace")) if tags is not None else 0
+        if fields.topic in SCHEDULE_TOPICS:  # a delayed message: its unit holds its due time
+            tag_hash = due_of(fields.properties)
+            self._schedule_arrival.set()
+            self._schedule_arrival = trio.Event()
+        else:
+            tags = props.find(fields.properties, b"TAGS")
+            tag_hash = tags_code(tags.decode(errors="replace")) if tags is not None else 0
         queue.append(fields.queue_offset, physical_offset, fields.size, tag_hash)
-        self.index.index_record(body)
+        if SOURCE_BYTES in fields.properties:  # a delayed message delivered: its source is done
+            source_text = props.find(fields.properties, SOURCE_BYTES)
+            source = Source.parse(source_text) if source_text is not None else None
+            if source is not None:
+                self._shaped_sources.discard(source)
+                self._apply_meta(index, DeliveryProgress.delivered_op(source))
+        self.index.index_fields(fields)
         self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
         key = (fields.topic, fields.queue_id)
         event = self._arrivals.pop(key, None)
@@ -314,6 +335,7 @@ class BrokerState:
         if role.role is not Role.LEADER or role.term != self._role.term:
             self._ready_term = None
             self._next_offsets.clear()
+            self._shaped_sources.clear()
         self._role = role
 
     def shape(
@@ -327,13 +349,19 @@ class BrokerState:
                 )
             self._ready_term = self._role.term
             self._next_offsets.clear()
+            self._shaped_sources.clear()
         shaped: list[bytes] = []
         self._last_shape = []
+        self._last_sources = []
         for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
             if entry_type(payload) is not EntryType.MESSAGE:
                 shaped.append(payload)
                 continue
-            key = (stored_message.read_topic(payload), stored_message.read_queue_id(payload))
+            fields = stored_message.read_dispatch(payload)
+            if SOURCE_BYTES in fields.properties and not self._first_delivery(fields.properties):
+                shaped.append(void_entry(len(payload)))
+                continue
+            key = (fields.topic, fields.queue_id)
             offset = self._next_offsets.get(key)
             if offset is None:
                 queue = self.queues.find(*key)
@@ -346,16 +374,44 @@ class BrokerState:
             shaped.append(bytes(record))
         return shaped
 
+    def _first_delivery(self, properties: bytes) -> bool:
+        """Whether a delivered delayed message names a source no entry of the log before it
+        delivered (the applied progress, and what this term shaped since): then it is noted as
+        shaped, else it must not enter the log (docs/decisions.md)."""
+        raw = props.find(properties, SOURCE_BYTES)
+        if raw is None:
+            return True  # the name occurred in the properties, but not as a key
+        source = Source.parse(raw)
+        if source is None or source in self._shaped_sources:
+            return False
+        if self.metadata.schedule.delivered(source):
+            return False
+        self._shaped_sources.add(source)
+        self._last_sources.append(source)
+        return True
+
     def refused(self) -> None:
         for key in self._last_shape:
             self._next_offsets[key] -= 1
         self._last_shape = []
+        self._shaped_sources.difference_update(self._last_sources)
+        self._last_sources = []
 
     # --- what handlers read ---------------------------------------------------------------------
 
     async def wait_applied(self, index: int) -> None:
         while self.applied_index < index:
             await self._applied.wait()
+
+    async def wait_applied_term(self, term: int) -> None:
+        """Return once an entry of `term` (or later) is applied: on a leader of `term`, every
+        entry of earlier terms that will ever commit is then applied."""
+        while self.applied_term < term:
+            await self._applied.wait()
+
+    async def wait_schedule_arrival(self) -> None:
+        """Return once a message for a schedule queue is applied (the caller bounds the wait)."""
+        await self._schedule_arrival.wait()
 
     def placed(self, index: int) -> Placed | None:
         return self._recent.get(index)

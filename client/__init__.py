@@ -3,8 +3,8 @@
 client/instance.py is what every producer and consumer runs on (routes from any namesrv,
 one connection per broker address, heartbeats); client/blocking.py runs the trio API on a
 thread of its own for the blocking API. The producer: client/producer.py (trio) and
-client/blocking_producer.py (blocking), docs/client.md; the consumers: client/push_consumer.py
-and client/pull_consumer.py, docs/client-consumers.md. The DLedger client is dledger.client.
+client/blocking_producer.py (blocking), docs/client.md; the consumers:
+client/push_consumer.py and client/pull_consumer.py, docs/client-consumers.md. The DLedger client is dledger.client.
 """
 
 from client.blocking_producer import Producer

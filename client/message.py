@@ -106,6 +106,7 @@ class MessageExt:
     reconsume_times: int
     sys_flag: int
     flag: int
+    store_size: int = 0  # the stored record's size, as the broker holds it
 
     @property
     def tags(self) -> str | None:
@@ -120,7 +121,9 @@ class MessageExt:
         return self.properties.get(key, default)
 
     @classmethod
-    def from_stored(cls, record: StoredMessage, broker_name: str) -> MessageExt:
+    def from_stored(
+        cls, record: StoredMessage, broker_name: str, store_size: int = 0
+    ) -> MessageExt:
         body = record.body
         if record.sys_flag & SYS_FLAG_COMPRESSED:
             body = zlib.decompress(body)
@@ -141,6 +144,7 @@ class MessageExt:
             reconsume_times=record.reconsume_times,
             sys_flag=record.sys_flag,
             flag=record.flag,
+            store_size=store_size,
         )
 
 
@@ -149,6 +153,7 @@ def decode_records(body: bytes, broker_name: str) -> list[MessageExt]:
     out = []
     at = 0
     while at < len(body):
-        out.append(MessageExt.from_stored(stored_message.decode(body, at), broker_name))
-        at += stored_message.read_size(body, at)
+        size = stored_message.read_size(body, at)
+        out.append(MessageExt.from_stored(stored_message.decode(body, at), broker_name, size))
+        at += size
     return out

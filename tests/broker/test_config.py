@@ -41,6 +41,8 @@ defaultTopicQueueNums=4
 autoCreateTopicEnable=FALSE
 autoCreateSubscriptionGroup=false
 enablePropertyFilter=false
+messageDelayLevel=1s 500ms 2m 1h 3d
+timerMaxDelaySec=3600
 mappedFileSizeCommitLog=1048576
 mappedFileSizeConsumeQueue=20000
 maxHashSlotNum=500
@@ -100,6 +102,8 @@ class TestFile:
             auto_create_topic=False,
             auto_create_subscription_group=False,
             enable_property_filter=False,
+            delay_levels=(1000, 500, 120_000, 3_600_000, 3 * 86_400_000),
+            timer_max_delay_s=3600,
             segment_bytes=1 << 20,
             consume_queue_file_bytes=20000,
             index_slots=500,

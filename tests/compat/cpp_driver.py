@@ -15,6 +15,9 @@ Scenarios (every message carries tags, keys and the user properties `seq` and `s
                            {"received": [message...]} (message: body, tags, keys, properties,
                            topic, msg_id, queue_id, queue_offset, reconsume_times, thread)
     push-orderly N         the same with the orderly listener (queue locks)
+    push-reconsume N       a push consumer that fails each message's first delivery (the binding
+                           answers RECONSUME_LATER when the listener raises), until N messages
+                           came back with reconsume_times >= 1: {"received": [message...]}
     pull N                 pull consumer over all queues from offset 0, until N or --timeout
     send-through-failover SECONDS
                            one send_sync every 20 ms for SECONDS: {"sends": [{"seq", "start",
@@ -40,7 +43,7 @@ from typing import Any
 SEND_INTERVAL_S = 0.02  # send-through-failover: one send per 20 ms
 SHUTDOWN_TIMEOUT_S = 10.0  # the native shutdown can hang; we exit anyway after printing
 POLL_S = 0.05
-PROPERTIES = ("seq", "scenario", "shard", "UNIQ_KEY", "KEYS", "TAGS")
+PROPERTIES = ("seq", "scenario", "shard", "UNIQ_KEY", "KEYS", "TAGS", "RETRY_TOPIC")
 
 
 def text(value: object) -> str | None:
@@ -209,6 +212,36 @@ def push_consume(args: argparse.Namespace, orderly: bool) -> tuple[dict[str, Any
         return {"received": list(inbox.received), "complete": complete}, consumer
 
 
+def push_reconsume(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
+    from rocketmq.client import PushConsumer
+
+    inbox = Inbox(args)
+    inbox.want = 0  # done by the retried ones below, not by distinct bodies
+    retried: set[str | None] = set()
+    consumer = PushConsumer(args.group)
+    consumer.set_namesrv_addr(args.namesrv)
+
+    def on_message(msg: Any) -> None:
+        message = describe(msg)
+        inbox.add(message)
+        if message["reconsume_times"] == 0:
+            raise RuntimeError("failing the first delivery")  # RECONSUME_LATER
+        with inbox.lock:
+            retried.add(message["body"])
+
+    consumer.subscribe(args.topic, on_message, args.expression)
+    consumer.start()
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        with inbox.lock:
+            if len(retried) >= args.n:
+                break
+        time.sleep(POLL_S)
+    with inbox.lock:
+        complete = len(retried) >= args.n
+        return {"received": list(inbox.received), "complete": complete}, consumer
+
+
 def pull(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """The binding's own PullConsumer.pull keeps offsets by topic@queueId, without the broker
     name, so with two broker groups one group's offsets overwrite the other's (rocketmq 0.4.4,
@@ -287,7 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect-file")
     p.add_argument("--progress-file")
     sub = p.add_subparsers(dest="scenario", required=True)
-    for name in ("send-sync", "send-oneway", "push-consume", "push-orderly", "pull"):
+    for name in (
+        "send-sync",
+        "send-oneway",
+        "push-consume",
+        "push-orderly",
+        "push-reconsume",
+        "pull",
+    ):
         sub.add_parser(name).add_argument("n", type=int)
     orderly = sub.add_parser("send-orderly")
     orderly.add_argument("n", type=int)
@@ -300,6 +340,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """(result, the client to shut down)."""
     if args.scenario in ("push-consume", "push-orderly"):
         return push_consume(args, orderly=args.scenario == "push-orderly")
+    if args.scenario == "push-reconsume":
+        return push_reconsume(args)
     if args.scenario == "pull":
         return pull(args)
     producer = new_producer(args)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -143,6 +146,29 @@ def test_sync_send_and_a_clustering_push_consumer_gets_every_message_intact(
         assert message["topic"] == topic
 
 
+def test_a_push_consumer_that_fails_a_message_gets_it_again_from_the_retry_topic(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """RECONSUME_LATER: the C++ client sends the message back (CONSUMER_SEND_MSG_BACK to the
+    store host), the broker stores it to %RETRY%<group> after level 3's 10 s, and the consumer
+    gets it again with reconsumeTimes 1 and its own topic, id and properties."""
+    ns, topic, n = cluster.namesrv_addr, "CppRetryTopic", 4
+    sent = drive(ns, tmp_path, "--topic", topic, "--group", "cpp_retry_pg", "send-sync", str(n))
+    assert sent["errors"] == []
+    args = ("--topic", topic, "--group", "cpp_retry_cg", "--timeout", CONSUME_TIMEOUT_S)
+    got = drive(ns, tmp_path, *args, "push-reconsume", str(n))
+    assert got["complete"], got["received"]
+    uniq_keys = {s["seq"]: s["msg_id"] for s in sent["sent"]}
+    first = [m for m in got["received"] if m["reconsume_times"] == 0]
+    again = [m for m in got["received"] if m["reconsume_times"] == 1]
+    assert bodies(first) == bodies(again) == {f"sync-{i}" for i in range(n)}
+    for message in again:
+        assert_intact(message, "sync")
+        assert message["topic"] == topic  # mapped back from %RETRY%cpp_retry_cg
+        assert message["properties"]["RETRY_TOPIC"] == topic
+        assert message["properties"]["UNIQ_KEY"] == uniq_keys[seq_of(message)]
+
+
 def test_one_way_sends_arrive(cluster: LocalCluster, tmp_path: Path) -> None:
     ns, topic, n = cluster.namesrv_addr, "CppOnewayTopic", 20
     sent = drive(ns, tmp_path, "--topic", topic, "--group", "cpp_oneway_pg", "send-oneway", str(n))
@@ -269,3 +295,43 @@ def test_a_producer_and_a_consumer_keep_working_when_broker_a_loses_its_leader(
     assert max(gaps) < CPP_SEND_TIMEOUT_S + 1.5, f"no acknowledged send for {max(gaps):.1f} s"
     assert got["complete"], "the consumer missed acknowledged messages"
     assert {f"failover-{s['seq']}" for s in acked} <= bodies(got["received"])
+
+
+SCRIPT = Path(__file__).with_name("native_api_script.py")
+NATIVE_IMPORT = "from rocketmq.client import Message, Producer, PushConsumer, SendStatus"
+COMPAT_IMPORT = "from client.compat import Message, Producer, PushConsumer, SendStatus"
+
+
+def run_script(path: Path, cluster: LocalCluster, topic: str, home: Path) -> dict[str, Any]:
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(SOURCE_ROOT)}
+    home.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, str(path), cluster.namesrv_addr, topic, f"cg_{topic}"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"the script gave no result (exit {done.returncode}):\n{done.stderr[-3000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def test_a_script_for_the_native_binding_runs_on_client_compat_unchanged_but_its_import(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """client.compat serves the native binding's API: the same script, once on librocketmq.so
+    and once on our client with only its import line changed, sends and receives the same."""
+    text = SCRIPT.read_text()
+    assert text.count(NATIVE_IMPORT) == 1
+    ours = tmp_path / "compat_script.py"
+    ours.write_text(text.replace(NATIVE_IMPORT, COMPAT_IMPORT))
+    native = run_script(SCRIPT, cluster, "CompatNative", tmp_path / "native")
+    compat = run_script(ours, cluster, "CompatOurs", tmp_path / "ours")
+    for result in (native, compat):
+        assert result["sent_ok"] == [True] * 30
+        assert len(result["received"]) == 35, sorted(result["received"])
+    strip = lambda r: {b: {k: v for k, v in m.items() if k != "topic"} for b, m in r.items()}  # noqa: E731
+    assert strip(compat["received"]) == strip(native["received"])
+    assert {m["topic"] for m in compat["received"].values()} == {"CompatOurs"}
