@@ -16,14 +16,15 @@ BrokerFailure (some brokers of a multi-broker change failed), all MQClientError.
 A request to a broker group goes to its master first and to the other replicas when the master
 cannot be reached: every replica of our groups answers reads from its own applied state and
 forwards writes to its leader, so an operation goes through during a failover. The message
-operations (queries, printMsg, offset resets) are in client/admin_messages.py, sendMessage in
-client/admin_send.py, leadershipTransfer in client/admin_leadership.py; this module is one
+operations (queries, printMsg, offset resets) are in client/admin_messages.py, leadershipTransfer
+in client/admin_leadership.py, and sendMessage goes through the Producer; this module is one
 class with a method per operation, past 400 lines because they are read together.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,7 +32,7 @@ from typing import Any
 
 import trio
 
-from client import admin_messages, admin_send
+from client import admin_messages
 from client.admin_results import (
     BrokerChange,
     BrokerConfig,
@@ -45,7 +46,6 @@ from client.admin_results import (
     LeadershipTransfer,
     OffsetReset,
     QueueStatus,
-    SentMessage,
     merge_connections,
     parse_cluster_info,
     parse_consume_stats,
@@ -57,7 +57,10 @@ from client.admin_results import (
 )
 from client.errors import BrokerUnreachable, MQBrokerError, MQClientError, NoRouteError
 from client.instance import TRANSPORT_FAILURES, ClientInstance, open_instance
+from client.message import Message
+from client.producer import AsyncProducer
 from client.route import PERM_READ, PERM_WRITE, BrokerData, TopicRoute
+from client.send_result import SendResult
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.headers import (
@@ -71,6 +74,8 @@ BROKER_TIMEOUT_S = 10.0  # one broker's answer; a change waits for the log (the 
 QUEUES_MAX = 1024  # the broker's bound on read and write queue counts
 PERM_DEFAULT = PERM_READ | PERM_WRITE  # 6, RocketMQ's updateTopic default
 QUEUES_DEFAULT = 8  # RocketMQ's updateTopic default for -r and -w
+TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"  # sendMessage's producer group, as RocketMQ's tools
+SEND_TIMEOUT_S = 10.0  # sendMessage's whole send, every retry included
 
 
 class Admin:
@@ -448,8 +453,31 @@ class Admin:
         tags: str | None = None,
         broker_name: str | None = None,
         queue_id: int | None = None,
-    ) -> SentMessage:
-        return await admin_send.send(self, topic, body, keys, tags, broker_name, queue_id)
+    ) -> SendResult:
+        """One message through a Producer (group TOOLS_PRODUCER, RocketMQ's), to any write
+        queue of `topic` or, with `broker_name` and/or `queue_id`, to one of the matching
+        queues picked at random (an ordered send to it: it never moves elsewhere). The topic
+        must exist: an operator's test message never auto-creates one. Raises what
+        Producer.send raises (SendOutcomeUnknown when the outcome is unknown)."""
+        route = await self.topic_route(topic)
+        queues = [
+            q
+            for q in route.write_queues()
+            if (broker_name is None or q.broker_name == broker_name)
+            and (queue_id is None or q.queue_id == queue_id)
+        ]
+        if not queues:
+            where = f" on broker {broker_name}" if broker_name else ""
+            which = f" with id {queue_id}" if queue_id is not None else ""
+            raise MQClientError(f"topic {topic} has no writable queue{which}{where}")
+        message = Message(topic, body, tags=tags or None, keys=keys or None)
+        async with AsyncProducer(
+            TOOLS_PRODUCER_GROUP, self.instance.namesrv, send_timeout=SEND_TIMEOUT_S
+        ) as producer:
+            if broker_name is None and queue_id is None:
+                return await producer.send(message)
+            chosen = random.choice(queues)
+            return await producer.send(message, selector=lambda *_: chosen)
 
     async def print_messages(
         self,

@@ -10,7 +10,7 @@ read, and resetOffsetByTime. Called through client.admin.Admin.
 - resetOffsetByTime: SEARCH_OFFSET_BY_TIMESTAMP per queue, then UPDATE_CONSUMER_OFFSET
   (RocketMQ's "old" reset, for groups whose consumers are offline: our broker does not serve
   INVOKE_BROKER_TO_RESET_OFFSET, and a live consumer would commit its own offsets over it).
-The small send of `mqadmin sendMessage` is client/admin_send.py.
+`mqadmin sendMessage` goes through the Producer (Admin.send_message).
 """
 
 from __future__ import annotations

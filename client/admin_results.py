@@ -342,16 +342,6 @@ class OffsetReset:
 
 
 @attrs.frozen
-class SentMessage:
-    """sendMessage's answer."""
-
-    queue: MessageQueue
-    queue_offset: int
-    msg_id: str  # the UNIQ_KEY this message was sent with
-    offset_msg_id: str  # where it is stored
-
-
-@attrs.frozen
 class FoundMessage:
     """A message found by id, key or queue offset, with the broker group that holds it."""
 

@@ -11,7 +11,7 @@ import attrs
 
 from client.admin import PERM_DEFAULT, QUEUES_DEFAULT, Admin
 from client.admin_messages import PRINT_COUNT_DEFAULT, PRINT_COUNT_MAX
-from client.admin_results import BrokerChange, BrokerConfig, BrokerStatus, FoundMessage, SentMessage
+from client.admin_results import BrokerChange, BrokerConfig, BrokerStatus, FoundMessage
 from client.mqadmin_args import (
     COUNT,
     OFFSET,
@@ -41,6 +41,7 @@ from client.mqadmin_output import (
     show_status,
     show_transfer,
 )
+from client.send_result import SendResult
 
 TRANSFER_TIMEOUT_S_DEFAULT = 10.0  # leadershipTransfer waits this long for the new master
 
@@ -257,7 +258,7 @@ def _send(p: Parser) -> None:
     )
 
 
-async def _run_send(admin: Admin, a: argparse.Namespace) -> SentMessage:
+async def _run_send(admin: Admin, a: argparse.Namespace) -> SendResult:
     return await admin.send_message(
         a.topic,
         a.body.encode(),

@@ -4,6 +4,7 @@ blocks as RocketMQ's queryMsgById prints them, and the JSON form of any admin re
 from __future__ import annotations
 
 import argparse
+import enum
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,10 +23,10 @@ from client.admin_results import (
     OffsetReset,
     QueueProgress,
     QueueStatus,
-    SentMessage,
 )
 from client.message import MessageExt
 from client.route import TopicRoute
+from client.send_result import SendResult
 
 COLUMN_GAP = "  "
 
@@ -93,7 +94,7 @@ def message_line(found: FoundMessage) -> str:
 
 def jsonable(value: Any) -> Any:
     """An admin result as JSON values: attrs classes as objects of their fields (snake_case),
-    bytes as UTF-8 text, computed lag fields added where a reader wants them."""
+    bytes as UTF-8 text, enums as their values, computed lag fields added where a reader wants them."""
     if isinstance(value, MessageExt):
         out = {f.name: jsonable(getattr(value, f.name)) for f in attrs.fields(MessageExt)}
         out["tags"], out["keys"] = value.tags, value.keys
@@ -107,6 +108,8 @@ def jsonable(value: Any) -> Any:
         return out
     if isinstance(value, bytes):
         return body_text(value)
+    if isinstance(value, enum.Enum):
+        return value.value
     if isinstance(value, Mapping):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -293,13 +296,13 @@ def show_by_key(found: list[FoundMessage], args: argparse.Namespace) -> str:
     return table(headers, rows)
 
 
-def show_sent(sent: SentMessage, args: argparse.Namespace) -> str:
+def show_sent(sent: SendResult, args: argparse.Namespace) -> str:
     headers = ("Broker Name", "QID", "Queue Offset", "Send Result", "MsgId", "Offset Msg ID")
     row = (
         sent.queue.broker_name,
         sent.queue.queue_id,
         sent.queue_offset,
-        "SEND_OK",
+        sent.status.value,
         sent.msg_id,
         sent.offset_msg_id,
     )
