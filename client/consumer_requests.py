@@ -116,7 +116,10 @@ class ConsumerRequests:
         refusal worth another replica (or, with `accept`, is one of those codes), and the
         address that gave it."""
         if self.instance.broker_data(broker_name) is None:
-            await self.instance.route(topic)  # first use: fetch it (NoRouteError if none)
+            if self.instance.cached_route(topic) is None:
+                await self.instance.route(topic)  # first use: fetch it (NoRouteError if none)
+            else:
+                await self.refresh(topic)  # the group left the route: has it come back?
         tried: list[str] = []
         causes: list[str] = []
         refused: tuple[RemotingCommand, str] | None = None

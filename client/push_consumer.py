@@ -295,7 +295,10 @@ class AsyncPushConsumer:
             with trio.move_on_after(self.config.rebalance_s):
                 await self._rebalance_wanted.wait()
             self._rebalance_wanted = trio.Event()
-            await self.rebalance()
+            try:
+                await self.rebalance()
+            except Exception:  # an allocation function's bug, say: the next round tries again
+                log.exception("rebalance of %s failed", self.group)
 
     async def rebalance(self) -> None:
         """Work out this member's queues of every subscribed topic, and start and stop pull
