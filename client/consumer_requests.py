@@ -378,7 +378,7 @@ class ConsumerRequests:
     ) -> int | None:
         """CONSUMER_SEND_MSG_BACK: a broker that takes it re-stores the message in
         %RETRY%<group> for a later delivery. The answer's code (SUCCESS when taken;
-        REQUEST_CODE_NOT_SUPPORTED from a broker that does not serve it, ours for now), or None
+        REQUEST_CODE_NOT_SUPPORTED from a broker that does not serve it), or None
         when no replica answered."""
         header = ConsumerSendMsgBackRequestHeader(
             offset=message.commit_log_offset,
