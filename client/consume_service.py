@@ -171,7 +171,7 @@ class ConcurrentConsumeService:
         code = await self._ctx.requests.send_back(
             self._ctx.group,
             message,
-            delay_level=0,
+            delay_level=self._ctx.config.send_back_delay_level,
             max_reconsume_times=self._ctx.config.max_reconsume_times,
         )
         if code == ResponseCode.SUCCESS:

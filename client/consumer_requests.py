@@ -116,7 +116,10 @@ class ConsumerRequests:
         refusal worth another replica (or, with `accept`, is one of those codes), and the
         address that gave it."""
         if self.instance.broker_data(broker_name) is None:
-            await self.instance.route(topic)  # first use: fetch it (NoRouteError if none)
+            if self.instance.cached_route(topic) is None:
+                await self.instance.route(topic)  # first use: fetch it (NoRouteError if none)
+            else:
+                await self.refresh(topic)  # the group left the route: has it come back?
         tried: list[str] = []
         causes: list[str] = []
         refused: tuple[RemotingCommand, str] | None = None
@@ -375,7 +378,7 @@ class ConsumerRequests:
     ) -> int | None:
         """CONSUMER_SEND_MSG_BACK: a broker that takes it re-stores the message in
         %RETRY%<group> for a later delivery. The answer's code (SUCCESS when taken;
-        REQUEST_CODE_NOT_SUPPORTED from a broker that does not serve it, ours for now), or None
+        REQUEST_CODE_NOT_SUPPORTED from a broker that does not serve it), or None
         when no replica answered."""
         header = ConsumerSendMsgBackRequestHeader(
             offset=message.commit_log_offset,

@@ -12,17 +12,22 @@
 | `suspend_s` | 1.0 | suspendCurrentQueueTimeMillis: the pause after SUSPEND_CURRENT_QUEUE_A_MOMENT |
 | `retry_delay_s`, `retry_delay_max_s` | 1.0, 60.0 | the local retry of RECONSUME_LATER (below) |
 | `max_reconsume_times` | 16 | maxReconsumeTimes, sent with CONSUMER_SEND_MSG_BACK |
+| `send_back_delay_level` | 0 | delayLevelWhenNextConsume: 0 the broker's choice, -1 the DLQ, n level n |
 | `offset_dir` | ~/.rocketmq_offsets | broadcasting offsets (client/offset_store.py) |
 | `long_poll_s` | 15.0 | brokerSuspendMaxTimeMillis |
 | `rebalance_s`, `persist_s`, `lock_renew_s` | 20, 5, 20 | rebalance, offset commit and lock renewal intervals |
 | `shutdown_wait_s` | 10.0 | how long shutdown waits for listeners still running |
 
-RECONSUME_LATER: in clustering mode the consumer first asks the broker to take the message
-back (CONSUMER_SEND_MSG_BACK; a Java broker re-delivers it later through %RETRY%<group>). Our
-broker does not serve that request yet, so the message is retried here instead: it stays in
-its queue's process queue (its offset is not committed, so a crash re-delivers it) and goes to
-the listener again after retry_delay_s, doubling per attempt up to retry_delay_max_s, with
-reconsume_times counting the attempts, for as long as it takes (at-least-once: never skipped).
+RECONSUME_LATER: in clustering mode the consumer asks the broker to take each failed message
+back (CONSUMER_SEND_MSG_BACK with `send_back_delay_level`, RocketMQ's delayLevelWhenNextConsume:
+0 lets the broker pick 3 + reconsume times (10 s, 30 s, 1 m, ...), -1 sends it straight to the
+dead-letter queue; and `max_reconsume_times`, after which the broker puts it in %DLQ%<group>).
+The broker re-delivers it through %RETRY%<group>, which this consumer pulls too. A message no
+broker takes back (a broker that does not serve the request, every replica down) and every
+failure in broadcasting mode is retried here instead: it stays in its queue's process queue (its
+offset is not committed, so a crash re-delivers it) and goes to the listener again after
+retry_delay_s, doubling per attempt up to retry_delay_max_s, with reconsume_times counting the
+attempts, for as long as it takes (at-least-once: never skipped).
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class PushConfig:
     retry_delay_s: float = attrs.field(default=1.0, validator=_positive)
     retry_delay_max_s: float = attrs.field(default=60.0, validator=_positive)
     max_reconsume_times: int = attrs.field(default=16, validator=_positive)
+    send_back_delay_level: int = attrs.field(default=0, validator=attrs.validators.ge(-1))
     offset_dir: str = "~/.rocketmq_offsets"
     long_poll_s: float = attrs.field(default=15.0, validator=_positive)
     rebalance_s: float = attrs.field(default=20.0, validator=_positive)

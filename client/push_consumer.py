@@ -23,12 +23,16 @@ What runs (client/push_config.py has every setting):
 - one long-polling pull loop per owned queue (client/pull_loop.py), flow-controlled by its
   process queue; messages go to the consume service (client/consume_service.py);
 - offsets committed every 5 s and on shutdown (client/offset_store.py); in orderly clustering
-  mode the queues' broker locks renewed every 20 s.
+  mode the queues' broker locks renewed every 20 s (client/queue_locks.py).
 
 Failover: every request goes to the group's master first and, on a transport failure or a
 refusal, to the other replicas after an immediate route refresh (client/consumer_requests.py),
 so pulls, commits and locks move to a new leader as soon as the old one stops answering. A
 pull loop only advances to the nextBeginOffset of an answer it received, so nothing is skipped.
+
+(Past 400 lines on purpose: what is here is one object's state, the owned queues with their
+pull scopes and releases, changed only by rebalance and shutdown; the pieces that need none of
+it live in the modules named above.)
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from client.offset_store import (
 from client.process_queue import FlowLimits, ProcessQueue, ProcessQueueInfo
 from client.pull_loop import RETRY_PREFIX, PullLoop
 from client.push_config import PushConfig
+from client.queue_locks import QueueLocks
 from client.rebalance import plan
 from client.subscription import Subscription
 from remoting.codes import RequestCode, ResponseCode
@@ -177,16 +182,18 @@ class AsyncPushConsumer:
                     offset_file_path(config.offset_dir, key, self.group), self.group
                 )
             ctx = ConsumeContext(self.group, config, requests, offsets)
-            locks = self._orderly and config.clustering
+            self._locks: QueueLocks | None = None
+            if self._orderly and config.clustering:
+                self._locks = QueueLocks(requests, self.group, instance.client_id)
             service: ConcurrentConsumeService | OrderlyConsumeService
             if self._orderly:
-                locker = self._lock_queue if locks else None
+                locker = self._locks.ensure if self._locks is not None else None
                 service = OrderlyConsumeService(ctx, self._listener, locker)
                 flow = FlowLimits(config.flow.count_max, config.flow.bytes_max, None)
             else:
                 service = ConcurrentConsumeService(ctx, self._listener)
                 flow = config.flow
-            self._requests, self._offsets, self._locks = requests, offsets, locks
+            self._requests, self._offsets = requests, offsets
             self._pulls = PullLoop(
                 self.group,
                 config,
@@ -194,7 +201,7 @@ class AsyncPushConsumer:
                 offsets,
                 service,
                 flow,
-                self._lock_queue if locks else None,
+                self._locks.ensure if self._locks is not None else None,
             )
             self._rebalance_wanted = trio.Event()
             self._rebalancing = trio.Lock()
@@ -209,7 +216,13 @@ class AsyncPushConsumer:
                     try:
                         await instance.route(topic)
                     except MQClientError as err:
-                        log.warning("%s (rebalance tries again)", err)
+                        # %RETRY%<group> exists only after the first send-back: not a problem
+                        quiet = topic.startswith(RETRY_PREFIX)
+                        log.log(
+                            logging.DEBUG if quiet else logging.WARNING,
+                            "%s (rebalance tries again)",
+                            err,
+                        )
                 await instance.send_heartbeats()
                 background = trio.CancelScope()
                 nursery.start_soon(self._background, background)
@@ -246,7 +259,7 @@ class AsyncPushConsumer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._rebalance_loop)
                 nursery.start_soon(self._persist_loop)
-                if self._locks:
+                if self._locks is not None:
                     nursery.start_soon(self._lock_loop)
 
     # --- heartbeats and the group ----------------------------------------------------------
@@ -295,7 +308,10 @@ class AsyncPushConsumer:
             with trio.move_on_after(self.config.rebalance_s):
                 await self._rebalance_wanted.wait()
             self._rebalance_wanted = trio.Event()
-            await self.rebalance()
+            try:
+                await self.rebalance()
+            except Exception:  # an allocation function's bug, say: the next round tries again
+                log.exception("rebalance of %s failed", self.group)
 
     async def rebalance(self) -> None:
         """Work out this member's queues of every subscribed topic, and start and stop pull
@@ -374,7 +390,7 @@ class AsyncPushConsumer:
         queue = pq.queue
         try:
             with trio.move_on_after(
-                self.config.shutdown_wait_s if bounded or not self._locks else float("inf")
+                self.config.shutdown_wait_s if bounded or self._locks is None else float("inf")
             ):
                 await pq.wait_idle()
             offset = pq.commit_offset()
@@ -383,13 +399,8 @@ class AsyncPushConsumer:
                 self._offsets.update(queue, offset)
             await self._offsets.persist([queue])
             self._offsets.forget(queue)
-            if self._locks and not pq.consuming:
-                try:
-                    await self._requests.unlock(
-                        self.group, self.client_id, queue.broker_name, [queue]
-                    )
-                except MQClientError as err:
-                    log.warning("unlock of %s: %s (the broker's lease runs out)", queue, err)
+            if self._locks is not None and not pq.consuming:
+                await self._locks.release(queue)
         finally:
             done.set()
             if self._dropping.get(queue) is done:
@@ -402,41 +413,11 @@ class AsyncPushConsumer:
             await trio.sleep(self.config.persist_s)
             await self._offsets.persist(list(self._queues))
 
-    async def _lock_queue(self, pq: ProcessQueue) -> bool:
-        """The queue's broker lock is held (asked for now when not held or getting old)."""
-        sent_at = trio.current_time()
-        if pq.lock_valid(sent_at):
-            return True
-        queue = pq.queue
-        try:
-            granted = await self._requests.lock(
-                self.group, self.client_id, queue.broker_name, [queue]
-            )
-        except MQClientError as err:
-            log.debug("lock of %s: %s", queue, err)
-            return False
-        pq.set_locked(queue in granted, sent_at)
-        return pq.locked
-
     async def _lock_loop(self) -> None:
+        assert self._locks is not None
         while True:
             await trio.sleep(self.config.lock_renew_s)
-            by_broker: dict[str, list[MessageQueue]] = {}
-            for queue in self._queues:
-                by_broker.setdefault(queue.broker_name, []).append(queue)
-            for broker, queues in sorted(by_broker.items()):
-                sent_at = trio.current_time()
-                try:
-                    granted = await self._requests.lock(self.group, self.client_id, broker, queues)
-                except MQClientError as err:
-                    log.warning("renewing the locks on %s: %s", broker, err)
-                    continue
-                for queue in queues:
-                    pq = self._queues.get(queue)
-                    if pq is not None:
-                        if pq.locked and queue not in granted:
-                            log.warning("lost the lock of %s: its consumption stops", queue)
-                        pq.set_locked(queue in granted, sent_at)
+            await self._locks.renew_all(self._queues)
 
 
 class PushConsumer:

@@ -30,9 +30,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def live_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """The cluster; a process that exits during the test (and is not started again) fails
-    it, naming its log."""
-    before = {n for n, code in cluster.exited().items()}
+    """The cluster with every process running; a process that exits during the test (and is
+    not started again) fails it, naming its log."""
+    down = sorted(cluster.exited())
+    if down:
+        pytest.fail(
+            "cluster processes exited before this test: "
+            + ", ".join(f"{n} ({cluster.processes[n].log_path})" for n in down)
+        )
     yield cluster
-    died = {n for n in cluster.exited()} - before
-    assert not died, [str(cluster.processes[n].log_path) for n in sorted(died)]
+    died = sorted(cluster.exited())
+    assert not died, [str(cluster.processes[n].log_path) for n in died]

@@ -10,6 +10,7 @@ import itertools
 import threading
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -17,11 +18,13 @@ import pytest
 import trio
 
 from broker.localcluster import LocalCluster
+from client.errors import NoRouteError
 from client.instance import ClientInstance, local_ip, open_instance
 from client.listeners import ConsumeStatus
 from client.message import MessageExt, MessageQueue
 from client.offset_store import offset_file_path, read_offset_file
 from client.process_queue import FlowLimits
+from client.pull_consumer import AsyncPullConsumer
 from client.push_consumer import AsyncPushConsumer, PushConsumer
 from tests.client.cluster_tools import Sent, create_topic, send
 from tests.client.consuming import Delivery, Recorder, partition, shares, started, wait_for
@@ -50,24 +53,28 @@ async def send_spread(
     return sent
 
 
+@pytest.mark.parametrize("allocate", ["averagely", "consistent_hash"])
 async def test_a_clustering_group_of_three_gets_every_message_exactly_once(
-    live_cluster: LocalCluster,
+    live_cluster: LocalCluster, allocate: str
 ) -> None:
-    ns, topic, group = live_cluster.namesrv_addr, "PushTopic", "cg_push"
+    ns, topic, group = live_cluster.namesrv_addr, f"PushTopic_{allocate}", f"cg_push_{allocate}"
     recorder = Recorder()
     async with open_instance(ns) as instance:
         queues = await create_topic(instance, live_cluster, topic, 4)
         consumers = []
         async with AsyncExitStack() as stack:
             for n in range(3):
-                consumer = AsyncPushConsumer(group, ns, pull_batch_size=16, consume_batch_size=4)
+                consumer = AsyncPushConsumer(
+                    group, ns, allocate=allocate, pull_batch_size=16, consume_batch_size=4
+                )
                 consumer.subscribe(topic, "*")
                 consumer.register_listener(recorder.concurrent(f"m{n}"))
                 consumers.append(await stack.enter_async_context(consumer))
             await wait_for(
                 lambda: partition(consumers, queues) and started(consumers), 15, "a stable split"
             )
-            assert sorted(shares(consumers, topic)) == [2, 3, 3]
+            if allocate == "averagely":
+                assert sorted(shares(consumers, topic)) == [2, 3, 3]
             sent = await send_spread(instance, queues, 300, "p")
             expected = {s.uniq_key for s in sent}
             await wait_for(lambda: recorder.unique() >= expected, CONSUME_S, "every message")
@@ -78,7 +85,7 @@ async def test_a_clustering_group_of_three_gets_every_message_exactly_once(
         assert set(counts) == expected
         assert max(counts.values()) == 1, [k for k, v in counts.items() if v > 1][:5]
         by_member = Counter(d.member for d in recorder.deliveries)
-        assert set(by_member) == {"m0", "m1", "m2"}, by_member
+        assert allocate != "averagely" or set(by_member) == {"m0", "m1", "m2"}, by_member
         # the group's offsets were committed at shutdown: every queue at its end
         for q in queues:
             request_offset = await _committed(instance, group, q)
@@ -155,45 +162,104 @@ async def test_two_broadcasting_consumers_each_get_every_message(
             assert stored == {q: sum(1 for s in before + after if s.queue == q) for q in queues}
 
 
-async def test_reconsume_later_is_retried_until_it_succeeds(live_cluster: LocalCluster) -> None:
-    ns, topic = live_cluster.namesrv_addr, "PushRetry"
-    attempts: list[tuple[bytes, int]] = []
+def flaky_listener(
+    attempts: list[MessageExt],
+) -> Callable[[list[MessageExt]], Awaitable[ConsumeStatus]]:
+    """r-1 fails until its second redelivery, r-2 always, r-3 raises once; the rest succeed."""
 
     async def listener(messages: list[MessageExt]) -> ConsumeStatus:
         message = messages[0]
-        attempts.append((message.body, message.reconsume_times))
+        attempts.append(message)
         if message.body == b"r-1" and message.reconsume_times < 2:
+            return ConsumeStatus.RECONSUME_LATER
+        if message.body == b"r-2":
             return ConsumeStatus.RECONSUME_LATER
         if message.body == b"r-3" and message.reconsume_times < 1:
             raise RuntimeError("a listener that raises counts as RECONSUME_LATER")
         return ConsumeStatus.CONSUME_SUCCESS
 
+    return listener
+
+
+def tried(attempts: list[MessageExt], body: bytes) -> list[int]:
+    return sorted(m.reconsume_times for m in attempts if m.body == body)
+
+
+async def test_reconsume_later_gives_messages_back_through_the_retry_topic(
+    live_cluster: LocalCluster,
+) -> None:
+    """Clustering: CONSUMER_SEND_MSG_BACK; redeliveries from %RETRY%<group> under their own
+    topic, reconsume_times counted by the broker, the dead-letter queue after the limit."""
+    ns, topic, group = live_cluster.namesrv_addr, "PushSendBack", "cg_push_send_back"
+    attempts: list[MessageExt] = []
     async with open_instance(ns) as instance:
-        queues = await create_topic(instance, live_cluster, topic, 1)
-        queue = queues[0]
-        consumer = AsyncPushConsumer("cg_push_retry", ns, retry_delay_s=0.2)
+        queue = next(q for q in await create_topic(instance, live_cluster, topic, 1))
+        consumer = AsyncPushConsumer(group, ns, send_back_delay_level=1, max_reconsume_times=2)
         consumer.subscribe(topic)
-        consumer.register_listener(listener)
+        consumer.register_listener(flaky_listener(attempts))
         async with consumer:
             sent = [await send(instance, queue, f"r-{i}".encode()) for i in range(5)]
-            await wait_for(lambda: len(attempts) >= 8, CONSUME_S, "the retries")
-            # the committed offset waits below r-1 until it succeeded, then moves to the end
+            # messages given back count as consumed in their queue at once
             await wait_for(
                 lambda: consumer.consume_offsets()[queue] == 5, 10, "the offset past all"
             )
-        assert sorted(attempts) == sorted(
-            [
-                (b"r-0", 0),
-                (b"r-1", 0),
-                (b"r-1", 1),
-                (b"r-1", 2),
-                (b"r-2", 0),
-                (b"r-3", 0),
-                (b"r-3", 1),
-                (b"r-4", 0),
-            ]
+            await wait_for(lambda: len(tried(attempts, b"r-2")) >= 3, CONSUME_S, "r-2's tries")
+            await wait_for(lambda: len(tried(attempts, b"r-1")) >= 3, CONSUME_S, "r-1's tries")
+            await wait_for(lambda: len(tried(attempts, b"r-3")) >= 2, CONSUME_S, "r-3's tries")
+        assert tried(attempts, b"r-0") == tried(attempts, b"r-4") == [0]
+        assert tried(attempts, b"r-1") == tried(attempts, b"r-2") == [0, 1, 2]
+        assert tried(attempts, b"r-3") == [0, 1]
+        retried = [m for m in attempts if m.reconsume_times > 0]
+        assert {m.topic for m in retried} == {topic}  # the listener sees the message's topic
+        assert {m.queue.topic for m in retried} == {"%RETRY%" + group}
+        assert {m.msg_id for m in retried} <= {s.uniq_key for s in sent}
+        # r-2 failed a third time with reconsume_times at the limit: a dead letter now
+        async with AsyncPullConsumer("cg_dlq_reader", ns) as reader:
+            with trio.fail_after(20):
+                while True:
+                    try:
+                        dlq = await reader.fetch_queues("%DLQ%" + group)
+                        break
+                    except NoRouteError:
+                        await trio.sleep(0.1)
+            dead = [m for q in dlq for m in (await reader.pull(q, 0)).messages]
+        assert [m.body for m in dead] == [b"r-2"]
+
+
+async def test_failures_in_broadcasting_mode_are_retried_locally(
+    live_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    ns, topic = live_cluster.namesrv_addr, "PushLocalRetry"
+    attempts: list[MessageExt] = []
+
+    async def listener(messages: list[MessageExt]) -> ConsumeStatus:
+        if messages[0].body == b"r-2" and messages[0].reconsume_times >= 3:
+            attempts.append(messages[0])
+            return ConsumeStatus.CONSUME_SUCCESS  # r-2 gives in after its third retry here
+        return await flaky_listener(attempts)(messages)
+
+    async with open_instance(ns) as instance:
+        queue = (await create_topic(instance, live_cluster, topic, 1))[0]
+        consumer = AsyncPushConsumer(
+            "cg_push_local_retry",
+            ns,
+            model="broadcasting",
+            consume_from="first",
+            offset_dir=str(tmp_path),
+            retry_delay_s=0.1,
         )
-        assert len(sent) == 5
+        consumer.subscribe(topic)
+        consumer.register_listener(listener)
+        async with consumer:
+            for i in range(5):
+                await send(instance, queue, f"r-{i}".encode())
+            # the offset waits below the first message not yet consumed, then moves to the end
+            await wait_for(lambda: consumer.consume_offsets()[queue] == 5, CONSUME_S, "all done")
+        assert tried(attempts, b"r-0") == tried(attempts, b"r-4") == [0]
+        assert tried(attempts, b"r-1") == [0, 1, 2]
+        assert tried(attempts, b"r-2") == [0, 1, 2, 3]
+        assert tried(attempts, b"r-3") == [0, 1]
+        assert {m.queue.topic for m in attempts} == {topic}
 
 
 async def test_flow_control_stops_pulling_a_full_queue_until_it_drains(
