@@ -25,10 +25,8 @@ import logging
 import time
 
 from broker.context import Broker
-from broker.entries import encode_meta
 from broker.lookup import LookupFailed, message_at
-from broker.transaction_progress import HOW_ROLLBACK, TransactionProgress
-from broker.transactions import COMMIT, HALF_TOPIC, NOT_TYPE, ROLLBACK, committed_record
+from broker.transactions import COMMIT, HALF_TOPIC, NOT_TYPE, ROLLBACK, resolution_entry
 from broker.writes import WriteFailed, WriteUnknown
 from remoting import properties as props
 from remoting.codes import ResponseCode
@@ -78,10 +76,7 @@ async def handle_end_transaction(
         )
         return request.response(ResponseCode.SUCCESS)
     try:
-        if how == COMMIT:
-            entry = committed_record(half, broker.store_host, int(time.time() * 1000))
-        else:
-            entry = encode_meta(TransactionProgress.end_op(offset, HOW_ROLLBACK))
+        entry = resolution_entry(half, how, broker.store_host, int(time.time() * 1000))
     except (ValueError, MessageFormatError) as err:
         return request.response(ResponseCode.MESSAGE_ILLEGAL, str(err))
     try:

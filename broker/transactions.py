@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import attrs
 
+from broker.entries import encode_meta
+from broker.transaction_progress import HOW_ROLLBACK, TransactionProgress
 from remoting import properties as props
 from remoting import stored_message
 from remoting.headers import CheckTransactionStateRequestHeader
@@ -115,6 +117,15 @@ def committed_record(half: StoredMessage, store_host: Host, now_ms: int) -> byte
         topic=target.topic,
         properties_data=props.encode(properties),
     )
+
+
+def resolution_entry(half: StoredMessage, how: int, store_host: Host, now_ms: int) -> bytes:
+    """The log entry that commits (COMMIT) or rolls back (ROLLBACK) `half`: the committed
+    record, or a "txn_end" entry. Raises as committed_record."""
+    assert how in (COMMIT, ROLLBACK), how
+    if how == COMMIT:
+        return committed_record(half, store_host, now_ms)
+    return encode_meta(TransactionProgress.end_op(half.queue_offset, HOW_ROLLBACK))
 
 
 def half_offset_of(properties_data: bytes) -> int | None:
