@@ -114,15 +114,12 @@ class TransactionChecker:
             self._feed()
             checks, ends = self._take_due(now)
             if checks or ends:
-                numbers = {
-                    o: self._state.metadata.transactions.pending[o].checks + 1 for o in checks
-                }
                 if not await self._propose(checks, ends, now):
                     for offset in [*checks, *(o for o, _ in ends)]:
                         heapq.heappush(self._heap, (now, offset))
                     await trio.sleep(RETRY_S)
                     continue
-                await self._send(numbers)
+                await self._send(checks)
                 continue
             wait_s = idle_s
             if self._heap:
@@ -151,12 +148,13 @@ class TransactionChecker:
                 heapq.heappush(self._heap, (self._due(offset, half), offset))
         self._fed = max(self._fed, progress.end)
 
-    def _take_due(self, now: int) -> tuple[list[int], list[tuple[int, str]]]:
-        """The halves to check now, and those to discard (with why)."""
+    def _take_due(self, now: int) -> tuple[dict[int, int], list[tuple[int, str]]]:
+        """The halves to check now (with the number of the check), and those to discard
+        (with why)."""
         progress = self._state.metadata.transactions
         lo, _ = self._state.queue_range(HALF_TOPIC, HALF_QUEUE_ID)
         heap = self._heap
-        checks: list[int] = []
+        checks: dict[int, int] = {}
         ends: list[tuple[int, str]] = []
         while heap and len(checks) + len(ends) < CHECKS_PER_PASS_MAX:
             due, offset = heap[0]
@@ -177,12 +175,12 @@ class TransactionChecker:
             elif half.checks >= self._config.check_max:
                 ends.append((offset, HOW_DISCARD))
             else:
-                checks.append(offset)
+                checks[offset] = half.checks + 1
         return checks, ends
 
     # --- recording and sending ------------------------------------------------------------------
 
-    async def _propose(self, checks: list[int], ends: list[tuple[int, str]], now: int) -> bool:
+    async def _propose(self, checks: dict[int, int], ends: list[tuple[int, str]], now: int) -> bool:
         """Record the checks and discards in one append; False when the leader refused it."""
         bodies = []
         if checks:

@@ -11,7 +11,8 @@ pending from its apply until the first entry resolving it is applied:
 
 Later resolutions of the same half change nothing. A "txn_check" entry, written by the leader
 before it sends CHECK_TRANSACTION_STATE, counts one check of each half it names and records
-when, so a new leader goes on with the counts and the spacing where the old one stopped.
+when, so a new leader goes on with the counts and the spacing where the old one stopped. Like
+every metadata operation, each of these changes nothing when applied a second time.
 
 It changes only as the log is applied, on every replica alike, and is part of the metadata
 (snapshots and the checkpoint carry it as `transactions`). Only unresolved halves are held, so
@@ -21,7 +22,7 @@ PENDING_MAX are (broker/send.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -65,10 +66,10 @@ class TransactionProgress:
             self.pending.pop(int(op["offset"]), None)
         elif kind == "txn_check":
             at_ms = int(op["at_ms"])
-            for offset in op["offsets"]:
+            for offset, number in op["halves"]:
                 half = self.pending.get(int(offset))
-                if half is not None:
-                    half.checks += 1
+                if half is not None and int(number) > half.checks:  # applied again: as it was
+                    half.checks = int(number)
                     half.last_check_ms = at_ms
 
     @staticmethod
@@ -81,8 +82,9 @@ class TransactionProgress:
         return {"op": TXN_END, "offset": offset, "how": how}
 
     @staticmethod
-    def check_op(offsets: Iterable[int], at_ms: int) -> dict[str, Any]:
-        return {"op": "txn_check", "offsets": list(offsets), "at_ms": at_ms}
+    def check_op(numbers: Mapping[int, int], at_ms: int) -> dict[str, Any]:
+        """Check number `numbers[offset]` of each half, at `at_ms`."""
+        return {"op": "txn_check", "halves": [[o, n] for o, n in numbers.items()], "at_ms": at_ms}
 
     def state(self) -> dict[str, Any]:
         return {

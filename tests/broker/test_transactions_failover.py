@@ -268,8 +268,10 @@ def recorded_checks(
         op = decode_meta(body)
         assert op is not None
         if op["op"] == "txn_check":
-            for offset in op["offsets"]:
-                checks.setdefault(offset, []).append(op["at_ms"])
+            for offset, number in op["halves"]:
+                times = checks.setdefault(offset, [])
+                assert number == len(times) + 1, (offset, number, times)  # numbered in order
+                times.append(op["at_ms"])
         elif op["op"] == "txn_end":
             ends.setdefault(op["offset"], []).append(op["how"])
     return checks, ends
