@@ -78,6 +78,8 @@ NAMESRV_HEARTBEAT_MS_MIN = 100  # each registration carries every topic config t
 NAMESRV_HEARTBEAT_MS_MAX = NAMESRV_BROKER_EXPIRY_MS // 3
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 TIMER_MAX_DELAY_SEC_MAX = 365 * 86_400  # a timer message is rolled forward, so any is kept
+TRANSACTION_MS_MAX = 86_400_000  # a half waits for its checks at most about a day per step
+TRANSACTION_CHECK_MAX_MAX = 1000
 RAFT_TIMING = "tickMs, heartbeatMs, electionTimeoutMs, electionTimeoutMaxMs"
 # 32 mapped segments (dledger's SEGMENTS_OPEN_MAX) then take at most 128 GiB of address space
 SEGMENT_BYTES_MAX = 4 << 30
@@ -128,6 +130,11 @@ class BrokerConfig:
     enable_property_filter: bool = True  # enablePropertyFilter: SQL92 subscriptions
     delay_levels: tuple[int, ...] = parse_levels(DEFAULT_LEVELS_TEXT)  # messageDelayLevel, ms
     timer_max_delay_s: int = TIMER_MAX_DELAY_SEC_DEFAULT  # timerMaxDelaySec
+    # transactions: the first check of an unresolved half after this, then every interval,
+    # at most `transaction_check_max` times, then it is discarded (broker/transaction_check.py)
+    transaction_timeout_ms: int = 6000  # transactionTimeOut
+    transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
+    transaction_check_max: int = 15  # transactionCheckMax
     segment_bytes: int = dledger_limits.SEGMENT_BYTES_DEFAULT  # mappedFileSizeCommitLog
     preferred_leader: str | None = None  # preferredLeaderId
     tick_ms: int = dledger_limits.TICK_MS_DEFAULT
@@ -453,6 +460,15 @@ KEYS: tuple[Key, ...] = (
         "delays of levels 1, 2, ...: \"1s 5s 10s ... 2h\"", format=format_delay_levels),
     Key("timerMaxDelaySec", "--timer-max-delay-sec", "timer_max_delay_s",
         read_int(1, TIMER_MAX_DELAY_SEC_MAX), "the furthest a timer message may be due (s)"),
+    Key("transactionTimeOut", "--transaction-timeout-ms", "transaction_timeout_ms",
+        read_int(1, TRANSACTION_MS_MAX),
+        "check an unresolved half message back with its producer after this (ms)"),
+    Key("transactionCheckInterval", "--transaction-check-interval-ms",
+        "transaction_check_interval_ms", read_int(1, TRANSACTION_MS_MAX),
+        "then check it again this often (ms)"),
+    Key("transactionCheckMax", "--transaction-check-max", "transaction_check_max",
+        read_int(0, TRANSACTION_CHECK_MAX_MAX),
+        "checks of a half message before it is discarded"),
     Key("mappedFileSizeCommitLog", "--segment-bytes", "segment_bytes",
         read_int(dledger_limits.SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
         "log segment size; the same on every replica"),

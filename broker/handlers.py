@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from broker import admin, consumer_manage, pull, query, send, send_back, stats
+from broker import admin, consumer_manage, end_transaction, pull, query, send, send_back, stats
 from broker.context import Broker
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -18,6 +18,7 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.SEND_MESSAGE_V2: send.handle_send,
     RequestCode.SEND_BATCH_MESSAGE: send.handle_send,
     RequestCode.CONSUMER_SEND_MSG_BACK: send_back.handle_send_back,
+    RequestCode.END_TRANSACTION: end_transaction.handle_end_transaction,
     RequestCode.PULL_MESSAGE: pull.handle_pull,
     RequestCode.QUERY_CONSUMER_OFFSET: consumer_manage.handle_query_consumer_offset,
     RequestCode.UPDATE_CONSUMER_OFFSET: consumer_manage.handle_update_consumer_offset,

@@ -1,5 +1,6 @@
 """The broker's replicated metadata: topic configs, subscription groups, consumer offsets,
-queue locks and the delivery progress of delayed messages (broker/schedule_progress.py).
+queue locks, the delivery progress of delayed messages (broker/schedule_progress.py) and the
+pending half messages of transactions (broker/transaction_progress.py).
 
 Every change is an operation carried by a log entry (broker/entries.py), applied by every
 replica in log order, so a new leader has it at once. Operations are "set" or "delete" of one
@@ -17,6 +18,8 @@ import attrs
 
 from broker.delays import SCHEDULE_TOPICS
 from broker.schedule_progress import DeliveryProgress
+from broker.transaction_progress import TXN_OPS, TransactionProgress
+from broker.transactions import HALF_TOPIC
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"  # RocketMQ's template for auto-created topics (AUTO_CREATE_TOPIC_KEY)
@@ -27,7 +30,7 @@ TOPIC_CHARS_MAX = 127
 GROUP_NAME = TOPIC_NAME
 LOCKS_MAX = 100_000  # queue locks kept (a bound; only live consumers renew theirs)
 QUEUES_MAX = 1024  # per topic; RocketMQ has no hard bound, we keep a queue's files bounded
-SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, *SCHEDULE_TOPICS, "RMQ_SYS_TRANS_HALF_TOPIC"})
+SYSTEM_TOPICS = frozenset({DEFAULT_TOPIC, *SCHEDULE_TOPICS, HALF_TOPIC})
 
 
 def topic_problem(topic: str) -> str | None:
@@ -137,6 +140,8 @@ class Metadata:
         self.locks: dict[LockKey, tuple[str, int]] = {}
         # delivery progress of the schedule queues (delayed messages, broker/schedule.py)
         self.schedule = DeliveryProgress()
+        # half messages of transactions not resolved yet (broker/transaction_check.py)
+        self.transactions = TransactionProgress()
         self.version = 0  # counts applied changes (RocketMQ's dataVersion counter)
 
     # --- operations (broker/entries.py carries them) ---------------------------------------
@@ -176,6 +181,9 @@ class Metadata:
         elif kind in ("delivered", "schedule_skip"):
             self.schedule.apply(op)
             return  # not topic data either
+        elif kind in TXN_OPS:
+            self.transactions.apply(op)
+            return  # nor this
         elif kind == "snapshot":
             return  # BrokerState decides whether a snapshot applies (broker/state.py)
         else:
@@ -256,6 +264,7 @@ class Metadata:
             "offsets": [[g, t, q, o] for (g, t, q), o in self.offsets.items()],
             "locks": [[*key, c, at] for key, (c, at) in self.locks.items()],
             "schedule": self.schedule.state(),
+            "transactions": self.transactions.state(),
             "version": self.version,
         }
 
@@ -267,4 +276,5 @@ class Metadata:
             (g, t, b, int(q)): (c, int(at)) for g, t, b, q, c, at in state.get("locks", ())
         }
         self.schedule.restore(state.get("schedule", ()))
+        self.transactions.restore(state.get("transactions", {}))
         self.version = int(state.get("version", 0))

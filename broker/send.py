@@ -5,6 +5,10 @@ none), preceded in the same append by the topic's creation when it is auto-creat
 means a quorum holds the messages (fsynced by it under SYNC_FLUSH): the answer waits for the
 commit. The leader writes queue and physical offsets into the records as they enter the log
 (broker/state.py), so the answer's msgId and queueOffset are those every replica holds.
+
+A half message of a transaction (TRAN_MSG=true) is stored to RMQ_SYS_TRANS_HALF_TOPIC instead
+(broker/transactions.py); its answer's queueOffset is its offset there (what END_TRANSACTION
+names as tranStateTableOffset) and transactionId its UNIQ_KEY. It cannot be delayed or batched.
 """
 
 from __future__ import annotations
@@ -34,6 +38,15 @@ from broker.metadata import (
 )
 from broker.schedule import TIMER_PENDING_MAX, schedule_topic_op, timer_backlog
 from broker.state import Placed
+from broker.transaction_progress import PENDING_MAX
+from broker.transactions import (
+    HALF_QUEUE_ID,
+    HALF_TOPIC,
+    half_properties,
+    half_sys_flag,
+    is_half,
+    strip_half_offset,
+)
 from broker.writes import WriteFailed, WriteUnknown
 from remoting import properties as props
 from remoting import stored_message
@@ -51,6 +64,7 @@ BATCH_HEAD = struct.Struct(">iiiii")
 INT16 = struct.Struct(">h")
 BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bounds one append
 TRANSACTION_BITS = 0xC  # sysFlag: 0x4 prepared (a half message), 0x8 commit, 0xC rollback
+NOT_SENDABLE = frozenset({*SCHEDULE_TOPICS, HALF_TOPIC})  # RocketMQ's NOT_ALLOWED_SEND_TOPIC_SET
 DELAYABLE = (0, 0x8)  # as RocketMQ, only a plain or committed message is delayed
 DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 SEND_TIMEOUT_S = 3.0  # the C++ client's default send timeout; a write waits at most this
@@ -114,7 +128,7 @@ def topic_for_send(
     problem = topic_problem(topic)
     if problem is not None:
         raise SendRefused(ResponseCode.SYSTEM_ERROR, problem)
-    if topic in SCHEDULE_TOPICS:  # RocketMQ's TopicValidator.isNotAllowedSendTopic
+    if topic in NOT_SENDABLE:  # RocketMQ's TopicValidator.isNotAllowedSendTopic
         raise SendRefused(
             ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
         )
@@ -174,10 +188,25 @@ async def _send(
     now_ms = int(time.time() * 1000)
     records = []
     metas = [create] if create is not None else []
+    halves = 0
     for message in outgoing:
         properties = message.properties
         topic, record_queue_id = config.name, queue_id
-        if delays.needs_look(properties):
+        sys_flag = header.sys_flag & ~0x30  # hosts are stored as IPv4 (C++ reads them so)
+        if is_half(properties, header.sys_flag):
+            if batch:  # RocketMQ's CommitLog.asyncPutMessages refuses it too
+                raise SendRefused(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a transactional message cannot be sent in a batch; send each on its own",
+                )
+            properties = _half(broker, header, config.name, queue_id, properties, now_ms)
+            topic, record_queue_id = HALF_TOPIC, HALF_QUEUE_ID
+            sys_flag = half_sys_flag(header.sys_flag)
+            if broker.topic(HALF_TOPIC) is None:
+                half_topic = TopicConfig(HALF_TOPIC, 1, 1, PERM_READ | PERM_WRITE)
+                metas.append(encode_meta(Metadata.topic_op(half_topic)))
+            halves += 1
+        elif delays.needs_look(properties):
             delayable = header.sys_flag & TRANSACTION_BITS in DELAYABLE and dead is None
             delay, properties = _delayed(
                 broker, config.name, queue_id, properties, now_ms, delayable
@@ -191,6 +220,8 @@ async def _send(
                 )
                 if op is not None:
                     metas.append(encode_meta(op))
+        else:
+            properties = strip_half_offset(properties)
         if props.find(properties, b"CLUSTER") is None:
             properties += props.encode({"CLUSTER": broker.config.cluster})
         try:
@@ -199,7 +230,7 @@ async def _send(
                 flag=message.flag,
                 queue_offset=0,  # the leader writes both offsets as the entry enters the log
                 physical_offset=0,
-                sys_flag=header.sys_flag & ~0x30,  # hosts are stored as IPv4 (C++ reads them so)
+                sys_flag=sys_flag,
                 born_timestamp_ms=header.born_timestamp,
                 born_host=born_host,
                 store_timestamp_ms=now_ms,
@@ -242,10 +273,12 @@ async def _send(
         ) from err
     first = written.last_index - len(records) + 1
     placed = await broker.placements(first, written.last_index)
+    uniq = props.find(outgoing[0].properties, b"UNIQ_KEY") if halves else None
     response = SendMessageResponseHeader(
         msg_id=",".join(offset_msg_id(store_host, p.physical_offset) for p in placed),
         queue_id=queue_id,
         queue_offset=placed[0].queue_offset,
+        transaction_id=uniq.decode(errors="replace") if uniq else None,
     ).encode()
     response["MSG_REGION"] = "DefaultRegion"
     response["TRACE_ON"] = "true"
@@ -311,6 +344,49 @@ def _delayed(
     except (BadProperty, PropertiesTooLong) as err:
         raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
     return delay, data
+
+
+def _half(
+    broker: Broker,
+    header: SendMessageRequestHeader,
+    topic: str,
+    queue_id: int,
+    properties: bytes,
+    now_ms: int,
+) -> bytes:
+    """A half message's properties as stored (broker/transactions.py), or SendRefused: it
+    asks for a delay, or too many halves wait for their end already."""
+    try:
+        values = props.decode(properties)
+    except UnicodeDecodeError:
+        raise SendRefused(
+            ResponseCode.MESSAGE_ILLEGAL, "the properties of a transactional message are not UTF-8"
+        ) from None
+    config = broker.config
+    try:
+        delay = delays.delay_of(
+            values, now_ms, config.delay_levels, config.timer_max_delay_s * 1000
+        )
+    except DelayIllegal as err:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
+    if delay is not None:
+        raise SendRefused(
+            ResponseCode.MESSAGE_ILLEGAL,
+            "a transactional message cannot be delayed: remove its delay level (DELAY) and "
+            "delivery time (TIMER_*, __STARTDELIVERTIME) properties",
+        )
+    pending = len(broker.state.metadata.transactions.pending)
+    if pending >= PENDING_MAX:
+        raise SendRefused(
+            ResponseCode.SYSTEM_BUSY,
+            f"[TRANSACTION] {pending} half messages wait for their commit or rollback already; "
+            "try again later",
+        )
+    values.pop(delays.SOURCE, None)
+    try:
+        return props.encode(half_properties(values, topic, queue_id, header.producer_group))
+    except (BadProperty, PropertiesTooLong) as err:
+        raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, str(err)) from err
 
 
 def _host(peer: str) -> tuple[str, int]:

@@ -24,11 +24,10 @@ import logging
 import random
 import time
 
-import trio
-
 from broker import delays
 from broker.context import Broker
-from broker.entries import EntryType, encode_meta, entry_type
+from broker.entries import encode_meta
+from broker.lookup import LookupFailed, message_at
 from broker.metadata import (
     DLQ_GROUP_PREFIX,
     PERM_READ,
@@ -40,9 +39,8 @@ from broker.metadata import (
 )
 from broker.schedule import schedule_topic_op
 from broker.send import DLQ_QUEUES
-from broker.state import HEADER_BYTES
+from broker.transactions import HALF_OFFSET
 from broker.writes import WriteFailed, WriteUnknown
-from dledger.log.errors import LogError
 from remoting import properties as props
 from remoting import stored_message
 from remoting.codes import ResponseCode
@@ -54,7 +52,6 @@ from remoting.message_id import offset_msg_id
 
 log = logging.getLogger("broker.send_back")
 
-LOOKUP_WAIT_S = 3.0  # a message this replica has not applied yet is waited for this long
 WRITE_TIMEOUT_S = 3.0  # as a send's
 RETRY_PERM = DLQ_PERM = PERM_READ | PERM_WRITE
 
@@ -97,6 +94,7 @@ async def send_back(broker: Broker, header: ConsumerSendMsgBackRequestHeader) ->
         limit = group_config.retry_max_times
     properties = dict(original.properties)
     properties.pop(delays.SOURCE, None)
+    properties.pop(HALF_OFFSET, None)  # a commit's mark: its retry commits nothing
     properties.setdefault(props.RETRY_TOPIC, original.topic)
     if not properties.get(props.ORIGIN_MESSAGE_ID):
         properties[props.ORIGIN_MESSAGE_ID] = offset_msg_id(
@@ -171,35 +169,8 @@ async def send_back(broker: Broker, header: ConsumerSendMsgBackRequestHeader) ->
 
 
 async def _original(broker: Broker, physical_offset: int) -> stored_message.StoredMessage:
-    """The stored message at `physical_offset`, waiting up to LOOKUP_WAIT_S for one this
-    replica has not stored or applied yet (RocketMQ's lookMessageByOffset)."""
-    state = broker.state
-    deadline = trio.current_time() + LOOKUP_WAIT_S
-    while True:
-        why = "no entry starts there"
-        position = physical_offset - HEADER_BYTES
-        try:
-            if position < state.store.next_position:
-                entry = state.store.get_at(position)
-                if entry.index <= state.applied_index:
-                    if entry_type(entry.body) is not EntryType.MESSAGE:
-                        raise Refused(
-                            ResponseCode.SYSTEM_ERROR,
-                            f"look message by offset failed, {physical_offset} (not a message)",
-                        )
-                    return stored_message.decode(entry.body)
-                why = f"its entry {entry.index} is not applied yet"
-            else:
-                why = "past the end of this replica's log"
-        except (LogError, MessageFormatError) as err:
-            raise Refused(
-                ResponseCode.SYSTEM_ERROR,
-                f"look message by offset failed, {physical_offset} ({err})",
-            ) from err
-        if trio.current_time() >= deadline:
-            raise Refused(
-                ResponseCode.SYSTEM_ERROR,
-                f"look message by offset failed, {physical_offset} ({why})",
-            )
-        with trio.move_on_at(deadline):
-            await state.wait_applied(state.applied_index + 1)
+    """The stored message at `physical_offset` (broker/lookup.py), or Refused."""
+    try:
+        return await message_at(broker.state, physical_offset)
+    except LookupFailed as err:
+        raise Refused(ResponseCode.SYSTEM_ERROR, str(err)) from err

@@ -28,6 +28,7 @@ from broker.registration import Registrar
 from broker.schedule import run_schedules
 from broker.snapshots import propose_snapshots
 from broker.state import BrokerState, Geometry
+from broker.transaction_check import run_checks
 from broker.writes import WritePath
 from dledger.client import open_client
 from dledger.exceptions import operator_error
@@ -75,6 +76,7 @@ async def serve(
                 nursery.start_soon(state.run_checkpoints, CHECKPOINT_INTERVAL_S)
                 nursery.start_soon(propose_snapshots, broker)
                 nursery.start_soon(run_schedules, broker)
+                nursery.start_soon(run_checks, broker)
                 server = RemotingServer(Dispatcher(bound(broker)))
                 listen = config.listen
                 await nursery.start(server.serve_tcp, listen.host, listen.port)

@@ -1,9 +1,11 @@
 """The broker's state machine: what every replica derives from the committed log.
 
 `BrokerState.apply` is RocketMQ's dispatcher (ReputMessageService) and the only writer of the
-derived files: for each message, one ConsumeQueue unit and its IndexFile keys; for each
-metadata entry, the change to topics, groups or offsets (broker/metadata.py). It runs on every
-replica in log order, so their files are byte-identical, and can be rebuilt from the log.
+derived files: for each message, one ConsumeQueue unit and its IndexFile keys (and what it
+does to the replicated progress: a delayed message delivered, a half message of a transaction
+pending, or committed); for each metadata entry, the change to topics, groups or offsets
+(broker/metadata.py). It runs on every replica in log order, so their files are
+byte-identical, and can be rebuilt from the log.
 
 Queue offsets and physical offsets are assigned by the leader, in the record itself, as the
 message enters the log (`shape`, the node's ProposalShaper): the physical offset is the entry's
@@ -38,6 +40,9 @@ from broker.entries import EntryType, decode_meta, entry_type, void_entry
 from broker.index_file import INDEX_DIR, IndexFile, IndexStore
 from broker.metadata import Metadata
 from broker.schedule_progress import DeliveryProgress
+from broker.shaped_once import ShapedOnce
+from broker.transaction_progress import HOW_COMMIT, TXN_END, TXN_END_BYTES, TransactionProgress
+from broker.transactions import HALF_OFFSET_BYTES, HALF_QUEUE_ID, HALF_TOPIC, half_offset_of
 from dledger import limits as dledger_limits
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
@@ -62,6 +67,7 @@ TOPIC_OPS = frozenset(
 )  # (queue offset, physical offset) of the latest messages, by index
 
 QueueKey = tuple[str, int]
+HALF_QUEUE: QueueKey = (HALF_TOPIC, HALF_QUEUE_ID)
 
 
 @attrs.frozen
@@ -105,10 +111,10 @@ class BrokerState:
         self._ready_term: int | None = None
         self._next_offsets: dict[QueueKey, int] = {}
         self._last_shape: list[QueueKey] = []
-        # deliveries of delayed messages the leader shaped in `_ready_term` and has not applied
-        # yet: with the applied progress, what must never be delivered again (broker/schedule.py)
-        self._shaped_sources: set[Source] = set()
-        self._last_sources: list[Source] = []
+        # deliveries of delayed messages and resolutions of half messages the leader shaped in
+        # `_ready_term` and has not applied yet: with the applied progress, what must never
+        # enter the log again (broker/shaped_once.py)
+        self._once = ShapedOnce()
         self._schedule_arrival = trio.Event()
         self.shaper = self
         # Metadata is complete when this replica applied the log from its first entry or
@@ -295,6 +301,8 @@ class BrokerState:
             self.metadata_complete = True
             log.info("metadata taken from the snapshot at index %d (as of %d)", index, as_of)
             return
+        if op.get("op") == TXN_END:
+            self._once.resolved(int(op["offset"]))
         self.metadata.apply(op)
         if not self.metadata_complete and len(self._ops_since_start) < PENDING_OPS_MAX:
             self._ops_since_start.append((index, op))
@@ -315,8 +323,15 @@ class BrokerState:
             source_text = props.find(fields.properties, SOURCE_BYTES)
             source = Source.parse(source_text) if source_text is not None else None
             if source is not None:
-                self._shaped_sources.discard(source)
+                self._once.delivered(source)
                 self._apply_meta(index, DeliveryProgress.delivered_op(source))
+        if fields.topic == HALF_TOPIC:  # a half message of a transaction: pending from now
+            op = TransactionProgress.half_op(fields.queue_offset, fields.store_timestamp_ms)
+            self._apply_meta(index, op)
+        elif HALF_OFFSET_BYTES in fields.properties:  # a commit: its half is resolved
+            half = half_offset_of(fields.properties)
+            if half is not None:
+                self._apply_meta(index, TransactionProgress.end_op(half, HOW_COMMIT))
         self.index.index_fields(fields)
         self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
         key = (fields.topic, fields.queue_id)
@@ -335,7 +350,7 @@ class BrokerState:
         if role.role is not Role.LEADER or role.term != self._role.term:
             self._ready_term = None
             self._next_offsets.clear()
-            self._shaped_sources.clear()
+            self._once.clear()
         self._role = role
 
     def shape(
@@ -349,18 +364,28 @@ class BrokerState:
                 )
             self._ready_term = self._role.term
             self._next_offsets.clear()
-            self._shaped_sources.clear()
+            self._once.clear()
         shaped: list[bytes] = []
         self._last_shape = []
-        self._last_sources = []
+        once = self._once
+        once.begin()
         for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
-            if entry_type(payload) is not EntryType.MESSAGE:
+            kind = entry_type(payload)
+            if kind is not EntryType.MESSAGE:
+                if kind is EntryType.META and TXN_END_BYTES in payload:
+                    once.note_resolution(payload)
                 shaped.append(payload)
                 continue
             fields = stored_message.read_dispatch(payload)
-            if SOURCE_BYTES in fields.properties and not self._first_delivery(fields.properties):
-                shaped.append(void_entry(len(payload)))
-                continue
+            if SOURCE_BYTES in fields.properties:
+                if not once.first_delivery(fields.properties, self.metadata.schedule):
+                    shaped.append(void_entry(len(payload)))
+                    continue
+            elif HALF_OFFSET_BYTES in fields.properties:
+                halves = self._next_offsets.get(HALF_QUEUE, self.metadata.transactions.end)
+                if not once.first_commit(fields.properties, self.metadata.transactions, halves):
+                    shaped.append(void_entry(len(payload)))
+                    continue
             key = (fields.topic, fields.queue_id)
             offset = self._next_offsets.get(key)
             if offset is None:
@@ -374,28 +399,11 @@ class BrokerState:
             shaped.append(bytes(record))
         return shaped
 
-    def _first_delivery(self, properties: bytes) -> bool:
-        """Whether a delivered delayed message names a source no entry of the log before it
-        delivered (the applied progress, and what this term shaped since): then it is noted as
-        shaped, else it must not enter the log (docs/decisions.md)."""
-        raw = props.find(properties, SOURCE_BYTES)
-        if raw is None:
-            return True  # the name occurred in the properties, but not as a key
-        source = Source.parse(raw)
-        if source is None or source in self._shaped_sources:
-            return False
-        if self.metadata.schedule.delivered(source):
-            return False
-        self._shaped_sources.add(source)
-        self._last_sources.append(source)
-        return True
-
     def refused(self) -> None:
         for key in self._last_shape:
             self._next_offsets[key] -= 1
         self._last_shape = []
-        self._shaped_sources.difference_update(self._last_sources)
-        self._last_sources = []
+        self._once.refused()
 
     # --- what handlers read ---------------------------------------------------------------------
 

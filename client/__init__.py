@@ -3,11 +3,13 @@
 client/instance.py is what every producer and consumer runs on (routes from any namesrv,
 one connection per broker address, heartbeats); client/blocking.py runs the trio API on a
 thread of its own for the blocking API. The producer: client/producer.py (trio) and
-client/blocking_producer.py (blocking), docs/client.md; the consumers:
+client/blocking_producer.py (blocking), docs/client.md; the transaction producer:
+client/transaction_producer.py and client/blocking_transaction_producer.py; the consumers:
 client/push_consumer.py and client/pull_consumer.py, docs/client-consumers.md. The DLedger client is dledger.client.
 """
 
 from client.blocking_producer import Producer
+from client.blocking_transaction_producer import TransactionProducer
 from client.errors import (
     BrokerUnreachable,
     ClientClosed,
@@ -25,17 +27,25 @@ from client.push_consumer import AsyncPushConsumer, PushConsumer
 from client.rebalance import ConsistentHash, allocate_averagely
 from client.selectors import hash_selector
 from client.send_result import SendResult, SendStatus
+from client.transaction_producer import (
+    AsyncTransactionProducer,
+    LocalTransactionState,
+    TransactionListener,
+    TransactionSendResult,
+)
 
 __all__ = [
     "AsyncProducer",
     "AsyncPullConsumer",
     "AsyncPushConsumer",
+    "AsyncTransactionProducer",
     "BrokerUnreachable",
     "ClientClosed",
     "ConsistentHash",
     "ConsumeOrderlyStatus",
     "ConsumeStatus",
     "InvalidMessage",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClientError",
     "Message",
@@ -50,6 +60,9 @@ __all__ = [
     "SendOutcomeUnknown",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
     "hash_selector",
 ]

@@ -166,6 +166,14 @@ class ClientInstance:
         data = self.broker_data(broker_name)
         return data.addresses() if data is not None else []
 
+    def broker_name_of(self, address: str) -> str | None:
+        """The group a broker address belongs to, as the cached routes say, or None."""
+        for route in self._routes.values():
+            for data in route.broker_datas:
+                if address in data.addresses():
+                    return data.broker_name
+        return None
+
     def all_broker_addresses(self) -> set[str]:
         return {
             a for route in self._routes.values() for b in route.broker_datas for a in b.addresses()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker import send_back
+from broker import lookup
 from broker.delays import SCHEDULE_TOPIC
 from broker.metadata import PERM_READ, PERM_WRITE
 from remoting.client import open_connection
@@ -141,7 +141,7 @@ async def test_levels_the_group_limit_and_a_negative_level(tmp_path: Path) -> No
 
 
 async def test_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(send_back, "LOOKUP_WAIT_S", 0.2)
+    monkeypatch.setattr(lookup, "LOOKUP_WAIT_S", 0.2)
     async with broker_group(tmp_path, auto_create_subscription_group=False) as group:
         leader = group.leader()
         async with open_connection("127.0.0.1", leader.config.listen.port) as conn:

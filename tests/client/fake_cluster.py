@@ -64,6 +64,9 @@ class Replica:
     refusals_left: int = -1  # REFUSE this many times, then OK; -1: for ever
     requests: list[RemotingCommand] = attrs.field(factory=list)  # every send received
     stored: list[Stored] = attrs.field(factory=list)
+    ends: list[RemotingCommand] = attrs.field(factory=list)  # every END_TRANSACTION received
+    clients: list[Connection] = attrs.field(factory=list)  # connections that sent a heartbeat
+    arrived: trio.Event = attrs.field(factory=trio.Event)  # set (and renewed) on each of both
 
     @property
     def address(self) -> str:
@@ -143,7 +146,15 @@ class FakeCluster:
 
     def broker(self, replica: Replica) -> Any:
         async def handle(request: RemotingCommand, conn: Connection) -> RemotingCommand:
-            if request.code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT):
+            if request.code in (RequestCode.HEART_BEAT, RequestCode.END_TRANSACTION):
+                if request.code == RequestCode.END_TRANSACTION:
+                    replica.ends.append(request)
+                elif conn not in replica.clients:
+                    replica.clients.append(conn)
+                replica.arrived.set()
+                replica.arrived = trio.Event()
+                return request.response()
+            if request.code == RequestCode.UNREGISTER_CLIENT:
                 return request.response()
             if request.code not in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
                 return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "fake broker")
