@@ -297,6 +297,9 @@ async def test_records_retention_deleted_are_skipped_everywhere(
             await group.append([schedule_record(n, delay)])
         leader = await group.wait_for_leader()
         state = states(group)[leader]
+        with trio.fail_after(30):  # committed is not yet applied: wait for the leader's apply
+            while state.queue_range(SCHEDULE_TOPIC, 0)[1] < 70:
+                await trio.sleep(0.01)
         (unit,) = state.units(SCHEDULE_TOPIC, 0, 64, 1)
         state.log_trimmed(unit.physical_offset)  # as retention would, on the leader only
         assert state.queue_range(SCHEDULE_TOPIC, 0) == (64, 70)
