@@ -47,6 +47,10 @@ from remoting.errors import RemotingError
 HOST = "127.0.0.1"
 NAMESRV_COMMAND = (sys.executable, "-m", "namesrv")
 BROKER_COMMAND = (sys.executable, "-m", "broker")
+# Stores for tests: a replica preallocates its log segment (1 GiB by default) and each queue's
+# ConsumeQueue file (6 MB); a test suite starting dozens of replicas would write tens of GB.
+SMALL_STORE_ARGS = ("--segment-bytes", str(64 << 20), "--cq-file-bytes", str(20 * 1000),
+                    "--index-slots", "1000", "--index-items", "4000")  # fmt: skip
 QUERY_TIMEOUT_S = 1.0  # one remoting request of a status poll
 WAIT_SERVING_S_DEFAULT = 30.0
 MASTER_ID = "0"  # brokerAddrs key of a group's master (its Raft leader)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from broker.localcluster import LocalCluster
+from broker.localcluster import SMALL_STORE_ARGS, LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         namesrvs=1,
         groups=("broker-a", "broker-b"),
         replicas=3,
-        extra_broker_args=["--log-level", "INFO"],
+        extra_broker_args=[*SMALL_STORE_ARGS, "--log-level", "INFO"],
     )
     try:
         c.start_all()

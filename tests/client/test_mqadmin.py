@@ -19,7 +19,7 @@ import attrs
 import pytest
 import trio
 
-from broker.localcluster import LocalCluster, running_cluster
+from broker.localcluster import SMALL_STORE_ARGS, LocalCluster, running_cluster
 from client.instance import open_instance
 
 GROUPS = ("broker-a", "broker-b")
@@ -99,7 +99,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root: Path = tmp_path_factory.mktemp("mqadmin")
-    with running_cluster(root, groups=GROUPS, replicas=3, namesrvs=2) as running:
+    with running_cluster(
+        root, groups=GROUPS, replicas=3, namesrvs=2, extra_broker_args=SMALL_STORE_ARGS
+    ) as running:
         yield running
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 import pytest
 
-from broker.localcluster import LocalCluster, running_cluster
+from broker.localcluster import SMALL_STORE_ARGS, LocalCluster, running_cluster
 
 CLI_TIMEOUT_S = 60.0
 RUN_S = "2"  # each producer run's -d
@@ -122,7 +122,9 @@ def start(*args: str) -> subprocess.Popen[bytes]:
 @pytest.fixture(scope="module")
 def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root: Path = tmp_path_factory.mktemp("mqbench")
-    with running_cluster(root, groups=("broker-a",), replicas=3, namesrvs=1) as running:
+    with running_cluster(
+        root, groups=("broker-a",), replicas=3, namesrvs=1, extra_broker_args=SMALL_STORE_ARGS
+    ) as running:
         cluster: LocalCluster = running
         yield cluster.namesrv_addr
 

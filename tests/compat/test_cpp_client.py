@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from broker.localcluster import LocalCluster
+from broker.localcluster import SMALL_STORE_ARGS, LocalCluster
 from dledger.processes import SOURCE_ROOT, wait_until
 
 from .helpers import Running, drive
@@ -42,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         namesrvs=1,
         groups=("broker-a", "broker-b"),
         replicas=3,
-        extra_broker_args=["--log-level", "INFO"],
+        extra_broker_args=[*SMALL_STORE_ARGS, "--log-level", "INFO"],
     )
     try:
         c.start_all()
