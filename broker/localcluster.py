@@ -327,13 +327,16 @@ async def request_json(
 ) -> dict[str, Any] | None:
     """One remoting request with no header fields; its JSON body, or None for no answer, an
     error code or a body that is not a JSON object."""
+    answer: RemotingCommand | None = None
     try:
         with trio.fail_after(timeout_s):
             async with open_connection(
                 address.host, address.port, connect_timeout_s=timeout_s
             ) as conn:
                 answer = await conn.request(RemotingCommand.request(code), timeout_s=timeout_s)
-    except (OSError, RemotingError, trio.TooSlowError, trio.BrokenResourceError):
+    except* (OSError, RemotingError, trio.TooSlowError, trio.BrokenResourceError):
+        pass  # also from inside the connection's block, where they come in an ExceptionGroup
+    if answer is None:
         return None
     if answer.code != ResponseCode.SUCCESS:
         return None

@@ -263,15 +263,19 @@ async def read_replica(
 ) -> dict[str, QueueListing]:
     """Every queue of `queues` as the replica at `address` holds it; ReadFailed naming what
     could not be read."""
+    found: dict[str, QueueListing] = {}
+    problems: list[str] = []
     try:
         with trio.fail_after(READ_TIMEOUT_S):
             async with open_connection(address.host, address.port) as conn:
-                return {
-                    queue_key(topic, qid): await read_queue(conn, group, topic, qid)
-                    for topic, qid in queues
-                }
-    except (OSError, RemotingError, trio.TooSlowError, trio.BrokenResourceError) as err:
-        raise ReadFailed(f"{address}: {err!r}") from err
+                for topic, qid in queues:
+                    found[queue_key(topic, qid)] = await read_queue(conn, group, topic, qid)
+    except* (ReadFailed, OSError, RemotingError, trio.TooSlowError, trio.BrokenResourceError) as eg:
+        # from inside the connection's block they come in an ExceptionGroup
+        problems = [str(e) if isinstance(e, ReadFailed) else repr(e) for e in eg.exceptions]
+    if problems:
+        raise ReadFailed(f"{address}: {'; '.join(problems)}")
+    return found
 
 
 # --- final.json --------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from chaos.schedule import BROKER_SCENARIOS, interval_for, plan
 from chaos.targets.base import TargetStartFailed
 from chaos.targets.broker import BROKER_ARGS, BrokerTarget, cluster_hosts, group_names
 from chaos.workloads.messages import MessageWorkload
+from client.errors import MQClientError
 from dledger.exceptions import find
 
 TOPICS_TIMEOUT_S = 30.0  # the topics created on every group and seen in the routes
@@ -171,8 +172,13 @@ async def _run_target(
         )
         try:
             await workload.create_topics(TOPICS_TIMEOUT_S)
-        except trio.TooSlowError as err:
-            raise SetupFailed(f"the topics were not created within {TOPICS_TIMEOUT_S} s") from err
+        except Exception as exc:  # the admin's nursery wraps what its block raised
+            err = find(exc, (trio.TooSlowError, MQClientError))
+            if err is None:
+                raise
+            raise SetupFailed(
+                f"the topics were not created within {TOPICS_TIMEOUT_S} s: {err!r}"
+            ) from exc
         history.clock.restart()  # t = 0: the workload starts
         faults = plan(
             config.scenario,

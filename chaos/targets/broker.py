@@ -171,6 +171,8 @@ class BrokerTarget:
         self.cluster.kill(self.process_of[host])
 
     def pause(self, host: str) -> None:
+        if not self.running(host):  # it crashed (a finding of its own): nothing to pause
+            return
         self.paused.add(host)
         self.cluster.pause(self.process_of[host])
 

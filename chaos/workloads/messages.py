@@ -24,7 +24,7 @@ Consumers (in clustering mode, each member its own client instance):
 - a sampler ("offsets") asks the brokers for every group's committed offset of every queue
   every SAMPLE_S and records each change.
 
-History operations (docs/formats.md#broker-chaos-history has the full table):
+History operations (docs/formats.md, "Broker chaos history", has the full table):
     send      invoke {v, t, k}; ok adds {q, o, id} with group = the broker group, node = the
               replica that answered; fail (surely not stored) / info (unknown) with error
     consume   ok (an event) {cg, t, q, m: [[queue offset, value, msg id], ...]}, group
@@ -60,6 +60,7 @@ from client.pull_consumer import AsyncPullConsumer, PullStatus
 from client.push_consumer import AsyncPushConsumer
 from client.selectors import hash_selector
 from client.send_result import SendResult
+from dledger.exceptions import find
 from remoting.message_id import parse_offset_msg_id
 
 log = logging.getLogger("chaos.workloads.messages")
@@ -127,6 +128,15 @@ def key_of(value: str) -> tuple[str, int]:
     """(key, seq) of an ordered value "<key>-<seq>" (or a plain value "p<w>-<n>")."""
     key, _, seq = value.rpartition("-")
     return key, int(seq)
+
+
+def client_error(exc: Exception) -> MQClientError:
+    """The client's error in `exc` (a consumer's nursery may wrap it in an ExceptionGroup);
+    anything else is a bug and goes on up."""
+    found = find(exc, MQClientError)
+    if not isinstance(found, MQClientError):
+        raise exc
+    return found
 
 
 def _error(err: BaseException) -> str:
@@ -380,7 +390,8 @@ class MessageWorkload:
                     watching.start_soon(self._watch_takes, consumer, process, group, history)
                     await self._until(stop, rng.uniform(*self.restart_s))
                     watching.cancel_scope.cancel()
-            except MQClientError as err:  # start or shutdown failed: say so, start again
+            except Exception as exc:  # start or shutdown failed: say so, start again
+                err = client_error(exc)
                 log.warning("%s: %s", process, err)
                 history.record(
                     process,
@@ -436,7 +447,8 @@ class MessageWorkload:
                     committed_at_exit = await self._pull_session(
                         consumer, process, history, stop, rng
                     )
-            except MQClientError as err:
+            except Exception as exc:  # a route or an offset could not be had: start again
+                err = client_error(exc)
                 log.warning("%s: %s", process, err)
                 history.record(
                     process,
