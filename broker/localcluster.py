@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,48 +92,62 @@ class LocalCluster:
         namesrv_ports: Sequence[int] | None = None,
         broker_ports: Mapping[str, tuple[int, int]] | None = None,
         env: Mapping[str, str] | None = None,
+        hosts: Mapping[str, str] | None = None,
+        prefix: Callable[[str], Sequence[str]] | None = None,
     ) -> None:
         """`broker_ports` maps "group/node" to (Raft peer port, client port); ports not given
         are picked free, below the ephemeral range. `env` is the children's environment
-        (default: ours)."""
+        (default: ours). `hosts` maps a process name ("namesrv-0", "broker-a/n1") to the
+        address it binds (default 127.0.0.1), and `prefix(name)` is put before its command:
+        chaos runs each process in a network namespace of its own with
+        `ip netns exec <namespace>` (which execs, so the pid stays the process's)."""
         assert namesrvs >= 1, namesrvs
         self.root = root
         self.groups = tuple(groups)
         self.extra_broker_args = list(extra_broker_args)
         self.broker_command = list(broker_command)
+        self.prefix = prefix
+        host_of = dict(hosts or {})
         # Ports not given come from one block below the ephemeral range, so no outgoing
         # connection takes a killed broker's port before its restart (dledger/processes.py).
-        block = iter(
-            range(free_port_block(namesrvs + 2 * len(self.groups) * replicas, HOST), 65536)
-        )
+        needed = (0 if namesrv_ports else namesrvs) + 2 * len(self.groups) * replicas
+        block = iter(range(free_port_block(needed, HOST), 65536) if needed else ())
         ports = list(namesrv_ports) if namesrv_ports else [next(block) for _ in range(namesrvs)]
         assert len(ports) == namesrvs, (ports, namesrvs)
         child_env = dict(env) if env is not None else None
         self.namesrvs: dict[str, Address] = {
-            f"namesrv-{i}": Address(HOST, port) for i, port in enumerate(ports)
+            f"namesrv-{i}": Address(host_of.get(f"namesrv-{i}", HOST), port)
+            for i, port in enumerate(ports)
         }
         self.brokers: dict[str, BrokerReplica] = {}
         for group in self.groups:
             for i in range(replicas):
                 name = f"{group}/n{i}"
                 peer, client = (broker_ports or {}).get(name) or (next(block), next(block))
+                host = host_of.get(name, HOST)
                 self.brokers[name] = BrokerReplica(
                     group=group,
                     node=f"n{i}",
-                    peer_address=Address(HOST, peer),
-                    client_address=Address(HOST, client),
+                    peer_address=Address(host, peer),
+                    client_address=Address(host, client),
                     store_dir=root / group / f"n{i}",
                 )
         self.processes: dict[str, ManagedProcess] = {}
         for name, address in self.namesrvs.items():
-            command = [*namesrv_command, "--listen", f"{HOST}:{address.port}", *extra_namesrv_args]
+            command = [
+                *namesrv_command,
+                "--listen",
+                f"{address.host}:{address.port}",
+                *extra_namesrv_args,
+            ]
             self.processes[name] = self._managed(name, command, child_env)
         for name in self.brokers:
             self.processes[name] = self._managed(name, self.broker_args(name), child_env)
 
     def _managed(self, name: str, command: list[str], env: dict[str, str] | None) -> ManagedProcess:
         log_path = self.root / "logs" / process_log_name(name)
-        return ManagedProcess(name=name, command=command, log_path=log_path, env=env)
+        prefix = list(self.prefix(name)) if self.prefix is not None else []
+        return ManagedProcess(name=name, command=[*prefix, *command], log_path=log_path, env=env)
 
     # --- addresses -------------------------------------------------------------------------
 
@@ -317,13 +331,16 @@ async def request_json(
 ) -> dict[str, Any] | None:
     """One remoting request with no header fields; its JSON body, or None for no answer, an
     error code or a body that is not a JSON object."""
+    answer: RemotingCommand | None = None
     try:
         with trio.fail_after(timeout_s):
             async with open_connection(
                 address.host, address.port, connect_timeout_s=timeout_s
             ) as conn:
                 answer = await conn.request(RemotingCommand.request(code), timeout_s=timeout_s)
-    except (OSError, RemotingError, trio.TooSlowError, trio.BrokenResourceError):
+    except* (OSError, RemotingError, trio.TooSlowError, trio.BrokenResourceError):
+        pass  # also from inside the connection's block, where they come in an ExceptionGroup
+    if answer is None:
         return None
     if answer.code != ResponseCode.SUCCESS:
         return None

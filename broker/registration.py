@@ -100,8 +100,11 @@ class Registrar:
                             )
                         with trio.move_on_after(period_s):
                             await self._wake[name].wait()
-            except (OSError, trio.TooSlowError, RemotingError) as err:
-                log.info("registration with name server %s failed: %s", name, err)
+            except* (OSError, trio.TooSlowError, RemotingError) as group:
+                # the connection's nursery wraps what its block raised: a name server that
+                # went away mid-request is one more failed round, never the broker's end
+                causes = "; ".join(str(e) or type(e).__name__ for e in group.exceptions)
+                log.info("registration with name server %s failed: %s", name, causes)
             with trio.move_on_after(RECONNECT_S):
                 await self._wake[name].wait()
 

@@ -40,6 +40,13 @@ class FaultWindow:
         return leader if isinstance(leader, str) else None
 
     @property
+    def applied_ns(self) -> int:
+        """When the fault was in force (its rules applied, its process killed); the start
+        when the history does not say."""
+        applied = self.value.get("applied_ns")
+        return applied if isinstance(applied, int) else self.start_ns
+
+    @property
     def leader_affected(self) -> bool:
         return bool(self.value.get("leader_affected", False))
 
@@ -75,7 +82,11 @@ def fault_windows(history: Sequence[Op]) -> list[FaultWindow]:
                 windows.append(_window(len(windows) + 1, open_fault, None))
             open_fault = op
         elif open_fault is not None and op.f == open_fault.f:
-            windows.append(_window(len(windows) + 1, open_fault, op.time_ns))
+            healed = open_fault
+            if isinstance(op.value, dict) and isinstance(open_fault.value, dict):
+                # the completion adds what applying and healing did (applied_ns, ...)
+                healed = attrs.evolve(open_fault, value={**open_fault.value, **op.value})
+            windows.append(_window(len(windows) + 1, healed, op.time_ns))
             open_fault = None
     if open_fault is not None:
         windows.append(_window(len(windows) + 1, open_fault, None))

@@ -145,8 +145,11 @@ class HistoryWriter:
         index: int | None = None,
         error: str | None = None,
         node: str | None = None,
+        group: str | None = None,
     ) -> Op:
-        op = Op(process, phase, f, value, self.clock.now_ns(), self.group, index, error, node)
+        """`group` overrides the writer's (a broker run names the broker group per operation)."""
+        at_group = self.group if group is None else group
+        op = Op(process, phase, f, value, self.clock.now_ns(), at_group, index, error, node)
         if self.keep:
             self.ops.append(op)
         if self._file is not None:

@@ -4,7 +4,8 @@ for the cluster to recover (every replica back, caught up, a leader).
 
 History records, all from process "nemesis":
     invoke <f> {"fault": kind, "nodes": [...], "leader": who led, "leader_affected": bool, ...}
-    ok     <f> (same value, plus what applying and healing did)   when the fault is undone
+    ok     <f> (same value, plus what applying and healing did, and applied_ns: when the
+           fault was in force, e.g. after the last iptables rule)   when the fault is undone
     invoke recover {"fault": kind}, then ok (or info when the deadline passed) with the time
     it took and what restarted stores said about their tails.
 """
@@ -52,6 +53,27 @@ class Links(Protocol):
     async def heal(self) -> None: ...
 
 
+async def run_schedule(
+    history: HistoryWriter,
+    faults: Iterator[PlannedFault],
+    until_s: float,
+    execute: Callable[[PlannedFault], Awaitable[None]],
+) -> None:
+    """Execute planned faults, each from its planned start (or a quiet gap after the last
+    recovery), until `until_s` (run clock) would be passed."""
+    clock = history.clock
+    await trio.sleep(WARMUP_S)
+    for fault in faults:
+        start_s = clock.elapsed_s()
+        if start_s + fault.hold_s + RECOVERY_S_ESTIMATE > until_s:
+            return
+        await execute(fault)
+        next_s = max(start_s + fault.interval_s, clock.elapsed_s() + QUIET_S_MIN)
+        if next_s >= until_s:
+            return
+        await trio.sleep(next_s - clock.elapsed_s())
+
+
 class Nemesis:
     def __init__(
         self,
@@ -59,11 +81,14 @@ class Nemesis:
         network: Links,
         history: HistoryWriter,
         faults: Iterator[PlannedFault],
+        scope: dict[str, Any] | None = None,
     ) -> None:
+        """`scope` goes into every fault's record (the broker target names the group)."""
         self.target = target
         self.network = network
         self.history = history
         self.faults = faults
+        self.scope = dict(scope or {})
         self.current: str | None = None  # for the progress line
         self.injected = 0
         self.not_recovered = 0
@@ -74,17 +99,7 @@ class Nemesis:
 
     async def run(self, until_s: float) -> None:
         """Inject faults until `until_s` (run clock) would be passed; all healed on return."""
-        clock = self.history.clock
-        await trio.sleep(WARMUP_S)
-        for fault in self.faults:
-            start_s = clock.elapsed_s()
-            if start_s + fault.hold_s + RECOVERY_S_ESTIMATE > until_s:
-                return
-            await self.execute(fault)
-            next_s = max(start_s + fault.interval_s, clock.elapsed_s() + QUIET_S_MIN)
-            if next_s >= until_s:
-                return
-            await trio.sleep(next_s - clock.elapsed_s())
+        await run_schedule(self.history, self.faults, until_s, self.execute)
 
     async def execute(self, fault: PlannedFault) -> None:
         rng = random.Random(fault.seed)
@@ -93,6 +108,7 @@ class Nemesis:
         f = fault.spec.f
         value: dict[str, Any] = {
             "fault": fault.kind,
+            **self.scope,
             "number": fault.number,
             "leader": leader,
             "leader_affected": injection.leader_affected,
@@ -104,6 +120,7 @@ class Nemesis:
         self.current = f"{fault.kind} {','.join(injection.nodes)}"
         try:
             value = {**value, **await injection.apply()}
+            value["applied_ns"] = self.history.clock.now_ns()  # in force from here on
             await trio.sleep(fault.hold_s)
             value = {**value, **await injection.heal()}
         except BaseException as err:  # the run was stopped, or a tool failed: say so, go on up
@@ -117,16 +134,24 @@ class Nemesis:
 
     async def _recover(self, fault: PlannedFault, value: dict[str, Any]) -> None:
         clock = self.history.clock
-        self.history.record(NEMESIS, Phase.INVOKE, "recover", {"fault": fault.kind})
+        self.history.record(NEMESIS, Phase.INVOKE, "recover", {"fault": fault.kind, **self.scope})
         began = clock.now_ns()
         try:
             recovered = await self.target.wait_recovered(RECOVERY_TIMEOUT_S)
         except trio.Cancelled:
             self.history.record(
-                NEMESIS, Phase.INFO, "recover", {"fault": fault.kind}, error="the run was stopped"
+                NEMESIS,
+                Phase.INFO,
+                "recover",
+                {"fault": fault.kind, **self.scope},
+                error="the run was stopped",
             )
             raise
-        result: dict[str, Any] = {"fault": fault.kind, "ms": (clock.now_ns() - began) // 10**6}
+        result: dict[str, Any] = {
+            "fault": fault.kind,
+            **self.scope,
+            "ms": (clock.now_ns() - began) // 10**6,
+        }
         restarted = value.get("restarted", [])
         if restarted:
             result["store_recovery"] = {n: self.target.recovery_note(n) for n in restarted}

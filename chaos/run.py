@@ -1,4 +1,4 @@
-"""One chaos run, start to end: check the machine, build the network, start the target, run
+"""One chaos run, start to end (the broker target's run is chaos/broker_run.py): check the machine, build the network, start the target, run
 the workload and the nemesis for the duration, heal, let it settle, read every replica back,
 judge, report; and on every way out (success, failure, timeout, Ctrl-C, SIGTERM) stop every
 process by pid, delete every namespace by name and remove the scratch directory.
@@ -10,17 +10,14 @@ stores/ (each replica's files, for dledger-audit).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,18 +25,25 @@ import attrs
 import trio
 
 from chaos import capabilities, checks, final, report
+from chaos.broker_run import check_saved_broker, run_broker
 from chaos.history import HISTORY_FILE, HistoryWriter, RunClock, read_history
 from chaos.nemesis import Nemesis
 from chaos.net import Network, NetworkError, entered_namespace, remove_run_namespaces
-from chaos.schedule import SCENARIOS, interval_for, plan
+from chaos.run_config import (
+    Outcome,
+    RunConfig,
+    SetupFailed,
+    cleanup_on_signals,
+    signals_blocked,
+    watch_signals,
+)
+from chaos.schedule import interval_for, plan
 from chaos.targets.base import TargetStartFailed
 from chaos.targets.dledger import SERVER_ARGS, DLedgerTarget, node_names
-from chaos.workloads.append import OP_TIMEOUT_S_DEFAULT, WORKERS_DEFAULT, AppendWorkload
+from chaos.workloads.append import AppendWorkload
 from dledger.exceptions import find
 
 RUN_JSON = "run.json"
-TARGETS = ("dledger",)
-NODES_MIN, NODES_MAX = 3, 9
 LEADER_START_S = 30.0  # a fresh group elects a leader within this, or the run cannot start
 QUIET_S = 2.0  # the workload goes on this long on the healed cluster after the last fault
 CONVERGE_TIMEOUT_S = 30.0  # with writes stopped, replicas reach one commit index by then
@@ -48,44 +52,6 @@ RUN_SLACK_RATIO = 0.25  # and this share of the duration: the final read grows w
 PROGRESS_TTY_S = 0.5
 PROGRESS_LOG_S = 5.0  # when stderr is not a terminal, a progress line this often
 ISOLATION = "a network namespace per replica, veth pairs to a bridge in its own namespace; iptables DROP rules in each replica's namespace"
-
-
-class SetupFailed(Exception):
-    """The run could not be set up: the message says exactly what is missing (exit 2)."""
-
-
-@attrs.frozen
-class RunConfig:
-    scenario: str
-    duration_s: float
-    seed: int
-    out: Path
-    target: str = "dledger"
-    nodes: int = 3
-    workers: int = WORKERS_DEFAULT
-    op_timeout_s: float = OP_TIMEOUT_S_DEFAULT
-    interval_s: tuple[float, float] | None = None
-    keep_stores: bool = False
-
-    def validate(self) -> None:
-        if self.target not in TARGETS:
-            raise SetupFailed(f"unknown target {self.target!r}; one of {', '.join(TARGETS)}")
-        if self.scenario not in SCENARIOS:
-            raise SetupFailed(f"unknown scenario {self.scenario!r}; one of {', '.join(SCENARIOS)}")
-        if not NODES_MIN <= self.nodes <= NODES_MAX:
-            raise SetupFailed(f"--nodes must be {NODES_MIN}..{NODES_MAX}")
-        if self.duration_s <= 0 or self.workers < 1 or self.op_timeout_s <= 0:
-            raise SetupFailed("--duration, --workers and --op-timeout must be positive")
-
-
-@attrs.define
-class Outcome:
-    verdict: str
-    report: dict[str, Any]
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.verdict == "pass" else 1
 
 
 @attrs.define
@@ -104,6 +70,9 @@ class _State:
 
 def run(config: RunConfig, progress: TextIO = sys.stderr) -> Outcome:
     config.validate()
+    if config.target == "broker":
+        _, judged = run_broker(config, progress)
+        return Outcome(judged["verdict"], judged)
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     for stale in (HISTORY_FILE, final.FINAL_FILE, report.REPORT_JSON, report.REPORT_MD):
@@ -115,7 +84,7 @@ def run(config: RunConfig, progress: TextIO = sys.stderr) -> Outcome:
     nodes = node_names(config.nodes)
     info = _run_info(config, run_id, found.netem)
     state = _State()
-    with _cleanup_on_signals(), tempfile.TemporaryDirectory(prefix=f"dlc-{run_id}-") as scratch:
+    with cleanup_on_signals(), tempfile.TemporaryDirectory(prefix=f"dlc-{run_id}-") as scratch:
         info["scratch"] = scratch
         (out / RUN_JSON).write_text(json.dumps(info, indent=2) + "\n")
         network = Network(run_id, nodes)
@@ -135,7 +104,7 @@ def run(config: RunConfig, progress: TextIO = sys.stderr) -> Outcome:
                 raise SetupFailed(str(setup)) from exc
             raise
         finally:
-            with _signals_blocked():
+            with signals_blocked():
                 state.finish(target)
                 target.stop_all()
                 _keep_files(target, out, keep_stores=config.keep_stores)
@@ -151,10 +120,13 @@ def check_saved(out: Path) -> Outcome:
     history_path = out / HISTORY_FILE
     if not history_path.exists():
         raise SetupFailed(f"{history_path} does not exist: not a chaos run directory")
-    history = read_history(history_path)
-    state = final.load(out / final.FINAL_FILE)
     run_json = out / RUN_JSON
     info = json.loads(run_json.read_text()) if run_json.exists() else {}
+    if info.get("target") == "broker":
+        judged = check_saved_broker(out)
+        return Outcome(judged["verdict"], judged)
+    history = read_history(history_path)
+    state = final.load(out / final.FINAL_FILE)
     evaluation = checks.evaluate(history, state)
     written = report.write(out, history, evaluation, info)
     return Outcome(evaluation.verdict, written)
@@ -187,7 +159,7 @@ async def _drive(
     progress: TextIO,
 ) -> None:
     async with trio.open_nursery() as root:
-        root.start_soon(_watch_signals, root.cancel_scope, state)
+        root.start_soon(watch_signals, root.cancel_scope, state)
         try:
             with trio.fail_after(config.duration_s * (1 + RUN_SLACK_RATIO) + RUN_SLACK_S):
                 await _run_target(config, target, network, history, state, progress)
@@ -233,14 +205,6 @@ async def _run_target(
         target.check_crashes(history.clock.now_ns())
         converged = await target.wait_converged(CONVERGE_TIMEOUT_S)
         state.final = attrs.evolve(await target.read_final(), converged=converged)
-
-
-async def _watch_signals(scope: trio.CancelScope, state: _State) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            state.interrupted = signal.Signals(signum).name
-            scope.cancel()
-            return
 
 
 async def _progress(
@@ -305,28 +269,3 @@ def _keep_files(target: DLedgerTarget, out: Path, *, keep_stores: bool) -> None:
         for node, replica in target.local.replicas.items():
             if replica.store_dir.exists():
                 shutil.copytree(replica.store_dir, stores / node)
-
-
-@contextlib.contextmanager
-def _cleanup_on_signals() -> Iterator[None]:
-    """Outside trio (setup, teardown) SIGTERM unwinds like Ctrl-C, through every finally."""
-
-    def raise_interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    """A second Ctrl-C must not cut the cleanup short."""
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)

@@ -39,7 +39,12 @@ FAULTS: dict[str, FaultSpec] = {
     "partition-oneway": FaultSpec("partition", (3.0, 8.0), True),
     "group-restart": FaultSpec("restart", (1.0, 2.0), True),
     "disk-tail": FaultSpec("disk", (1.0, 2.0), False),
+    # the broker target's own: name servers, and a leadership transfer by mqadmin's API
+    "kill-namesrv": FaultSpec("namesrv", (2.0, 5.0), False),
+    "namesrvs-down": FaultSpec("namesrv", (3.0, 8.0), False),
+    "transfer-leader": FaultSpec("transfer", (0.5, 1.0), True),
 }
+LOG_FAULTS = tuple(k for k in FAULTS if FAULTS[k].f not in ("namesrv", "transfer"))
 
 SCENARIOS: dict[str, tuple[str, ...]] = {
     "leader-kill": ("kill-leader",),
@@ -54,7 +59,18 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "disk-tail": ("disk-tail",),
     # a leader kill, a partition and a pause, in turn: the default test's short run
     "mixed": ("kill-leader", "partition-leader", "pause-leader"),
-    "random": tuple(FAULTS),  # drawn, not cycled
+    "random": LOG_FAULTS,  # drawn, not cycled
+}
+# The broker target (`--target broker`): every log-level scenario on the replicas of a group
+# (drawn per fault), and faults of the name servers and of leadership.
+BROKER_SCENARIOS: dict[str, tuple[str, ...]] = {
+    **{name: kinds for name, kinds in SCENARIOS.items() if name not in ("mixed", "random")},
+    "namesrv-kill": ("kill-namesrv",),
+    "namesrvs-down": ("namesrvs-down",),
+    "leader-transfer": ("transfer-leader",),
+    # a leader kill and a partition of the leader, in turn: the default test's short run
+    "mixed": ("kill-leader", "partition-leader"),
+    "random": tuple(FAULTS),
 }
 DRAWN = frozenset({"random"})
 
@@ -84,12 +100,16 @@ def interval_for(scenario: str) -> tuple[float, float]:
 
 
 def plan(
-    scenario: str, rng: random.Random, interval_s: tuple[float, float] | None = None
+    scenario: str,
+    rng: random.Random,
+    interval_s: tuple[float, float] | None = None,
+    scenarios: dict[str, tuple[str, ...]] = SCENARIOS,
 ) -> Iterator[PlannedFault]:
-    """An endless seeded stream of faults; the nemesis takes them while time allows."""
-    if scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
-    kinds = SCENARIOS[scenario]
+    """An endless seeded stream of faults; the nemesis takes them while time allows.
+    `scenarios` is the target's table (SCENARIOS, or BROKER_SCENARIOS)."""
+    if scenario not in scenarios:
+        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(scenarios)}")
+    kinds = scenarios[scenario]
     low, high = interval_s or interval_for(scenario)
     assert 0 < low <= high, (low, high)
     cycle = itertools.cycle(kinds)

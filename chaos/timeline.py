@@ -1,5 +1,6 @@
-"""timeline.png: ok appends per 100 ms over the run, with every fault window shaded and
-labelled by its kind (matplotlib's object API with the Agg canvas: no pyplot, no display)."""
+"""timeline.png: ok appends per 100 ms over the run (a broker run: SEND_OKs and consumptions
+per group), with every fault window shaded and labelled by its kind (matplotlib's object API
+with the Agg canvas: no pyplot, no display)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from chaos.availability import fault_windows, ok_appends
+from chaos.availability import FaultWindow, fault_windows, ok_appends
 from chaos.history import Op
 
 BIN_S = 0.1
@@ -21,6 +22,8 @@ COLORS = {  # by the history's `f`
     "partition": "tab:blue",
     "restart": "tab:purple",
     "disk": "tab:brown",
+    "namesrv": "tab:green",
+    "transfer": "tab:pink",
 }
 
 
@@ -54,6 +57,43 @@ def draw(path: Path, history: Sequence[Op]) -> None:
     ax.set_ylim(0, top * 1.35)
     ax.set_xlabel("seconds since the run started")
     ax.set_ylabel("ok appends per 100 ms")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+
+
+def draw_series(
+    path: Path,
+    series: dict[str, list[int]],
+    end_s: float,
+    windows: Sequence[FaultWindow],
+    unit: str,
+) -> None:
+    """One line per named series of counts per BIN_S (a broker run: SEND_OKs per broker group
+    and consumptions per consumer group), every fault window shaded and labelled by its kind
+    and, when it has one, the broker group it hit."""
+    fig = Figure(figsize=FIGURE_INCHES)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    top = 1
+    for name, counts in series.items():
+        xs = [i * BIN_S for i in range(len(counts))]
+        style = "-" if name.startswith("sent") else ":"
+        ax.step(xs, counts, where="post", linestyle=style, linewidth=0.8, label=f"{name} {unit}")
+        top = max(top, max(counts, default=0))
+    labelled: set[str] = set()
+    for w in windows:
+        start = w.start_ns / 1e9
+        stop = w.end_ns / 1e9 if w.end_ns is not None else end_s
+        color = COLORS.get(w.f, "tab:gray")
+        ax.axvspan(start, stop, color=color, alpha=0.2, label=None if w.f in labelled else w.f)
+        labelled.add(w.f)
+        label = f"{w.kind} {w.value.get('group') or ''}".strip()
+        ax.text(start, top * 1.02, label, rotation=90, fontsize=6, va="bottom", ha="left")
+    ax.set_xlim(0, end_s)
+    ax.set_ylim(0, top * 1.45)
+    ax.set_xlabel("seconds since the workload started")
+    ax.set_ylabel(f"messages {unit}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

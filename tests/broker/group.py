@@ -2,7 +2,7 @@
 
 `broker_group(tmp_path, **config)` runs three `broker.server.serve` replicas on free
 127.0.0.1 ports with tiny derived-file geometries and 1 MiB segments, no name server, and
-yields once a leader is elected. Tests talk to it with remoting.client.open_connection, as a
+yields once a leader is elected (`namesrv=` gives it name servers). Tests talk to it with remoting.client.open_connection, as a
 client would.
 """
 
@@ -68,6 +68,7 @@ class Group:
 async def broker_group(tmp_path: Path, **config: Any) -> AsyncIterator[Group]:
     peers = {n: Address("127.0.0.1", free_port()) for n in REPLICAS}
     config.setdefault("message_bytes_max", MESSAGE_BYTES_MAX)
+    config.setdefault("namesrv", ())
     async with trio.open_nursery() as nursery:
         brokers = {}
         for n in REPLICAS:
@@ -77,7 +78,6 @@ async def broker_group(tmp_path: Path, **config: Any) -> AsyncIterator[Group]:
                 peers=peers,
                 store_root=tmp_path / n,
                 listen=Address("127.0.0.1", free_port()),
-                namesrv=(),
                 segment_bytes=SEGMENT_BYTES,
                 **config,
             )

@@ -16,7 +16,7 @@ from chaos.final import NO_FINAL_READ, FinalState
 from chaos.history import NEMESIS, HistoryWriter, Phase, RunClock
 from chaos.nemesis import Nemesis
 from chaos.partition import Partition
-from chaos.schedule import FAULTS, PlannedFault
+from chaos.schedule import FAULTS, LOG_FAULTS, PlannedFault
 from chaos.targets.base import Crash
 
 
@@ -101,7 +101,7 @@ def planned(kind: str, hold_s: float = 2.0) -> PlannedFault:
     return PlannedFault(number=1, kind=kind, hold_s=hold_s, interval_s=10.0, seed=4)
 
 
-@pytest.mark.parametrize("kind", sorted(FAULTS))
+@pytest.mark.parametrize("kind", sorted(LOG_FAULTS))
 async def test_every_fault_is_recorded_before_it_acts_and_healed_after(
     tmp_path: Path, kind: str, autojump_clock: trio.abc.Clock
 ) -> None:
