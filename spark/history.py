@@ -28,6 +28,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import threading
 from array import array
 from collections.abc import Iterable, Sequence
@@ -222,6 +223,7 @@ class _Columns:
 
     def __init__(self) -> None:
         self.codes: dict[str, int] = {}
+        self.by_bytes: dict[bytes, int] = {}  # codes, by the group's UTF-8 bytes
         self.group, self.index, self.offset = array("i"), array("q"), array("q")
         self.digests = bytearray()
 
@@ -263,10 +265,18 @@ class _Columns:
             self.take(line, at)
 
     def add(self, group: str, index: int, digest: bytes, at: int) -> None:
-        self.group.append(self.codes.setdefault(group, len(self.codes)))
+        self.group.append(self.code(group))
         self.index.append(index)
         self.digests += digest
         self.offset.append(at)
+
+    def code(self, group: str) -> int:
+        """The group's position in the part's list of groups."""
+        return self.codes.setdefault(group, len(self.codes))
+
+    def arrays(self) -> tuple[array[int], array[int], array[int], bytearray]:
+        """group, index, offset and digests, for _lines to append to."""
+        return self.group, self.index, self.offset, self.digests
 
     def part(self, error: tuple[int, str] | None) -> Part:
         return Part(
@@ -283,23 +293,37 @@ def read_range(path: str, lo: int, hi: int) -> Part:
     """The acknowledged appends whose lines start in [lo, hi) (a line starts at 0 or after a
     newline), reading on past `hi` to finish the last of them."""
     columns = _Columns()
-    at = lo
+    at = lo  # where in the file the next line to look at starts
     try:
         with _open(path) as f:
             if lo > 0:
                 at = _next_line(f, lo)
             f.seek(at)
-            rest = b""
+            rest = b""  # the start of a line the blocks so far cut
             while at < hi:
                 block = f.read(READ_BYTES)
-                data = rest + block
-                end = data.rfind(b"\n") + 1 if block else len(data)  # whole lines
-                if at + end > hi:  # lines starting at hi or later are the next range's
-                    end = min(end, data.find(b"\n", hi - at - 1) + 1 or end)
-                _lines(data, end, at, columns)
-                rest, at = data[end:], at + end
-                if not block:
+                if not block:  # the last line, without a newline
+                    _lines(rest, 0, len(rest), at, columns)
                     break
+                begin = 0
+                if rest:
+                    begin = block.find(b"\n") + 1
+                    if not begin:
+                        rest += block
+                        if len(rest) > HISTORY_LINE_BYTES_MAX:
+                            raise _BadLine(f"longer than {HISTORY_LINE_BYTES_MAX}", at)
+                        continue
+                    line = rest + block[:begin]
+                    _lines(line, 0, len(line), at, columns)
+                    at += len(line)
+                    if at >= hi:
+                        break
+                end = max(begin, block.rfind(b"\n") + 1)  # whole lines
+                if at + end - begin > hi:  # lines starting at hi or later are the next range's
+                    end = min(end, block.find(b"\n", begin + hi - at - 1) + 1 or end)
+                _lines(block, begin, end, at, columns)
+                at += end - begin
+                rest = block[end:]
                 if len(rest) > HISTORY_LINE_BYTES_MAX:
                     raise _BadLine(f"longer than {HISTORY_LINE_BYTES_MAX}", at)
     except _BadLine as bad:
@@ -311,34 +335,80 @@ def read_range(path: str, lo: int, hi: int) -> Part:
     return columns.part(None)
 
 
-NEWLINE, OPEN, CLOSE, QUOTE, LETTER_O, LETTER_K = b'\n{}"ok'  # the bytes _lines looks for
+NEWLINE, OPEN, CLOSE, QUOTE, LETTER_O, LETTER_K, SPACE = b'\n{}"ok '  # what _lines looks for
+_SPACES, _STRING, _INTEGER = rb" *", rb'"([^"]*)"', rb"(-?(?:0|[1-9][0-9]*))"
+# The ok append as the chaos harness writes it (keys in its order, "error" and "node" optional,
+# compact or with spaces). In a line of ASCII without a backslash or control character this
+# matches exactly the lines json.loads reads as such an append, with these fields: no string
+# there can hold an escape, so each "..." is the string, its bytes the value's UTF-8.
+_USUAL = re.compile(
+    rb"\{ *"
+    + rb" *, *".join(
+        rb'"%s" *: *%s' % (key, value)
+        for key, value in [
+            (b"type", b'"ok"'),
+            (b"process", _INTEGER),
+            (b"f", b'"append"'),
+            (b"value", _STRING),
+            (b"group", _STRING),
+            (b"index", rb"([1-9][0-9]*)"),
+            (b"time_ns", _INTEGER),
+        ]
+    )
+    + rb'(?: *, *"error" *: *null)?(?: *, *"node" *: *"[^"]*")? *\}'
+)
 
 
-def _lines(data: bytes, end: int, at: int, columns: _Columns) -> None:
-    """The lines of data[:end] (the file from `at`; each line ends in a newline, or at `end`).
-    Usually every line is an object's braces: numpy tells that for the block at once, and finds
-    the lines holding OK_MARK (by their k), which alone are cut out and parsed. Otherwise, line
-    by line."""
-    if not end:
+def _lines(data: bytes, begin: int, end: int, at: int, columns: _Columns) -> None:
+    """The lines of data[begin:end], which starts at `at` in the file (each line ends in a
+    newline, or at `end`). Usually every line is an object's braces: numpy tells that for the
+    block at once, and finds the lines holding OK_MARK (by their k), which alone are parsed,
+    by _USUAL where the block allows it, else by take_usual. Otherwise, line by line."""
+    if end <= begin:
         return
-    byte = np.frombuffer(data, np.uint8, end)
-    newline = np.flatnonzero(byte == NEWLINE)
+    byte = np.frombuffer(data, np.uint8, end - begin, begin)
+    control = np.nonzero(byte < SPACE)[0]
+    plain = bool((byte[control] == NEWLINE).all())  # no control character but newlines
+    newline = control if plain else np.nonzero(byte == NEWLINE)[0]
     whole = int(byte[-1] == NEWLINE)
     starts = np.concatenate(([0], newline[: len(newline) - whole] + 1))
-    stops = newline if whole else np.append(newline, end)
-    if (
-        end <= HISTORY_LINE_BYTES_MAX  # so no line is longer
+    stops = newline if whole else np.append(newline, end - begin)
+    if not (
+        end - begin <= HISTORY_LINE_BYTES_MAX  # so no line is longer
         and (byte[starts] == OPEN).all()
         and (byte[stops - 1] == CLOSE).all()
     ):
-        k = np.flatnonzero(byte == LETTER_K)
-        k = k[(k >= 2) & (k + 1 < end)]
-        k = k[(byte[k - 2] == QUOTE) & (byte[k - 1] == LETTER_O) & (byte[k + 1] == QUOTE)]
-        marked = np.unique(np.searchsorted(newline, k))  # the lines holding OK_MARK
-        for start, stop in zip(starts[marked].tolist(), stops[marked].tolist(), strict=True):
-            columns.take_usual(data[start:stop], at + start)
+        _each_line(data[begin : end - whole], at, columns)
         return
-    for line in data[: end - whole].split(b"\n"):
+    k = np.nonzero(byte == LETTER_K)[0]
+    k = k[(k >= 2) & (k + 1 < len(byte))]
+    k = k[(byte[k - 2] == QUOTE) & (byte[k - 1] == LETTER_O) & (byte[k + 1] == QUOTE)]
+    marked = np.unique(np.searchsorted(newline, k))  # the lines holding OK_MARK
+    starts, stops = (starts[marked] + begin).tolist(), (stops[marked] + begin).tolist()
+    # ASCII without a backslash: _USUAL can read the lines (the block's bytes past `end` are
+    # looked at too, rather than copied)
+    plain = plain and data.find(b"\\", begin, end) < 0 and data.isascii()
+    match, view, sha256 = _USUAL.fullmatch, memoryview(data), hashlib.sha256
+    codes, group, index, offset, digests = columns.by_bytes, *columns.arrays()
+    for start, stop in zip(starts, stops, strict=True):
+        usual = match(data, start, stop) if plain else None
+        if usual is None:
+            columns.take_usual(data[start:stop], at + start - begin)
+            continue
+        value_start, value_stop = usual.span(2)
+        name = usual.group(3)
+        code = codes.get(name)
+        if code is None:
+            code = codes[name] = columns.code(name.decode())
+        group.append(code)
+        index.append(int(usual.group(4)))
+        digests += sha256(view[value_start:value_stop]).digest()
+        offset.append(at + start - begin)
+
+
+def _each_line(data: bytes, at: int, columns: _Columns) -> None:
+    """The lines of data (from `at` in the file), one by one."""
+    for line in data.split(b"\n"):
         if len(line) > HISTORY_LINE_BYTES_MAX:
             raise _BadLine(f"longer than {HISTORY_LINE_BYTES_MAX}", at)
         if OK_MARK in line:

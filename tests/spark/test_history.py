@@ -8,6 +8,7 @@ import itertools
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
@@ -94,12 +95,68 @@ def test_every_kind_of_line_is_read_as_json_loads_reads_it(tmp_path: Path) -> No
     assert_same(history.read_acked(str(path)), expected)
 
 
+def usual_lines(path: Path, n: int = 200, seed: int = 3) -> Path:
+    """Ok appends as the harness writes them (compact, "error", sometimes "node") and as
+    bench.audit writes them (with spaces), values without escapes but with JSON's own
+    characters; among them lines nearly of that shape (no index, a float time, a process
+    "nemesis", an extra key), which must go to json."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(1, n + 1):
+        value = rng.choice([f"v{i}", f"{{ok}}: [{i}], ", "", "'ok'", "x" * rng.randrange(2000)])
+        op = {"process": i % 5, "f": "append", "value": value, "group": rng.choice(["g", "ok"])}
+        lines.append(json.dumps({"type": "invoke", **op, "index": None, "time_ns": i}))
+        ok = {"type": "ok", **op, "index": i, "time_ns": i}
+        if i % 3:
+            ok["error"] = None
+        if i % 4 == 0:
+            ok["node"] = "n1"
+        odd = rng.random()
+        if odd < 0.05:
+            ok["index"] = None
+        elif odd < 0.1:
+            ok["time_ns"] = i + 0.25
+        elif odd < 0.15:
+            ok["process"] = "nemesis"
+        elif odd < 0.2:
+            ok["extra"] = 1
+        compact = rng.random() < 0.5
+        lines.append(json.dumps(ok, separators=(",", ":") if compact else (", ", ": ")))
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_the_usual_lines_are_read_by_the_pattern_as_json_loads_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = usual_lines(tmp_path / "history.jsonl")
+    lines = path.read_bytes().splitlines()
+    usual = sum(1 for line in lines if history._USUAL.fullmatch(line))
+    assert usual > 100
+    odd = [line for line in lines if b'"ok"' in line and not history._USUAL.fullmatch(line)]
+    assert len(odd) > 10  # these are parsed by json
+    taken = []
+    monkeypatch.setattr(
+        history._Columns,
+        "take_usual",
+        lambda self, line, at: taken.append(line) or history._Columns.take(self, line, at),
+    )
+    assert_same(history.read_acked(str(path)), by_the_rules(path))
+    assert len(taken) == len(odd)  # the pattern took the usual lines, json the others
+    with open(path, "a") as f:  # the pattern's shape, but no index: json says why
+        f.write('{"type":"ok","process":1,"f":"append","value":"v","group":"g","index":0,')
+        f.write('"time_ns":5,"error":null}\n')
+    with pytest.raises(InputUnreadable, match=f"line {len(lines) + 1}: index 0 is not an index"):
+        history.read_acked(str(path))
+
+
 @pytest.mark.parametrize("read_bytes", [1, 7, 64, 1000])
+@pytest.mark.parametrize("lines", [every_kind_of_line, usual_lines])
 def test_any_cut_into_ranges_and_blocks_reads_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_bytes: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_bytes: int, lines: Any
 ) -> None:
     """Ranges start and end anywhere (inside a line, on a newline), blocks too."""
-    path = every_kind_of_line(tmp_path / "history.jsonl", n=60)
+    path = lines(tmp_path / "history.jsonl", n=60)
     expected = by_the_rules(path)
     monkeypatch.setattr(history, "READ_BYTES", read_bytes)
     size = path.stat().st_size
