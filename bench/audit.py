@@ -169,11 +169,12 @@ def prepare_jvm_archive() -> dict[str, Any]:
 
 def audit_once(stores: list[str], master: str, history_path: str | None) -> None:
     """One audit in this process (`--one`), its outcome as JSON on stdout's last line. With a
-    history, read as dledger-audit reads it (in the timed process)."""
+    history, read as dledger-audit reads it (in the timed process, while the JVM starts)."""
     replicas = layout.discover(stores)
-    acked = history.read_acked(history_path) if history_path else None
+    reading = history.Reading(history_path) if history_path else None  # while the JVM starts
     spark = session.start(master)
     try:
+        acked = None if reading is None else reading.result()
         with Progress(spark.sparkContext) as progress:
             out = Path("/tmp") / f"dledger-audit-bench-out-{os.getpid()}"
             outcome = job.run(spark, replicas, acked, str(out), progress)

@@ -74,8 +74,9 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
     started = time.monotonic()
     try:
         replicas = layout.discover(args.stores)
-        acked = history.read_acked(args.history) if args.history else None
         os.makedirs(args.out, exist_ok=True)
+        # a large history is read by worker processes from here on, while the JVM starts
+        reading = history.Reading(args.history) if args.history else None
     except layout.InputUnreadable as err:
         print(f"dledger-audit: unreadable input: {err}", file=sys.stderr)
         return report.EXIT_UNREADABLE
@@ -87,9 +88,16 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
         try:
             spark = session.start(args.master)
         except PySparkRuntimeError as err:  # no java, a bad JAVA_HOME, a JVM that will not start
+            if reading is not None:
+                reading.close()
             print(f"dledger-audit: cannot start Spark ({args.master}): {err}", file=sys.stderr)
             return report.EXIT_UNREADABLE
     try:
+        try:
+            acked = None if reading is None else reading.result()
+        except layout.InputUnreadable as err:
+            print(f"dledger-audit: unreadable input: {err}", file=sys.stderr)
+            return report.EXIT_UNREADABLE
         if not args.master.startswith("local"):
             _ship_package(spark.sparkContext)
         with Progress(spark.sparkContext, quiet=args.quiet) as progress:
@@ -98,6 +106,8 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
             progress.step(
                 f"found {len(replicas)} replicas in {len({r.group for r in replicas})} groups"
             )
+            if acked is not None:
+                progress.step(f"read {len(acked)} acknowledged appends from the history")
             outcome = job.run(spark, replicas, acked, os.path.abspath(args.out), progress)
     finally:
         if owned:

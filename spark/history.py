@@ -6,19 +6,33 @@ log. Everything else (invocations, fail, info, nemesis records) is skipped. A li
 valid JSON, or an `ok` append without its group or value, makes the history unreadable: the
 audit cannot vouch for what it cannot parse.
 
-Only what the check needs is kept per acknowledged append: the SHA-256 of its value (the
-audit compares it with the digest of the committed body, spark/screen.py and
-spark/agreement.py), the value's length and its first HEAD_BYTES bytes for a finding.
-Parsing is the history check's main cost (one json.loads per line), so a line that cannot be
-an `ok` record, one without the JSON string "ok", is only checked to be a JSON object's braces
-and is not parsed.
+A history of millions of appends is gigabytes of JSON lines, and reading it was most of what a
+history added to an audit (docs/decisions.md, "The history is read in parallel, while the JVM
+starts"). So:
+- a line without the JSON string "ok" cannot be an `ok` record: it is only checked to be a
+  JSON object's braces and is not parsed;
+- an `ok` line is parsed by the json module's C scanner directly (`json.loads` wraps it in
+  Python work that cost more than scanning a 1 KiB line);
+- per acknowledged append only columns are kept (Acked): its group, index, the SHA-256 of its
+  value (compared with the digest of the committed body, spark/screen.py and
+  spark/agreement.py) and where its line starts in the file. The few appends a finding must
+  show in full (those the screen did not compare) are read again from there (Acked.details);
+- a large history is read in byte ranges by one process per CPU, and dledger-audit starts that
+  before the JVM (Reading), so the parse and the JVM's start overlap.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+import multiprocessing
+import os
+import re
+import threading
+from array import array
+from collections.abc import Iterable, Sequence
+from typing import IO
 
 import attrs
 import numpy as np
@@ -28,11 +42,20 @@ from spark.layout import InputUnreadable, filesystem
 HISTORY_LINE_BYTES_MAX = 16 << 20  # one operation; appends carry values up to 4 MiB as JSON
 HEAD_BYTES = 40  # of an acknowledged value or a body, shown in a finding
 OK_MARK = b'"ok"'  # every ok record holds this JSON string; lines without it are not parsed
-READ_BYTES = 16 << 20  # the history is read in blocks of this size
+READ_BYTES = 8 << 20  # the history is read in blocks of this size (< HISTORY_LINE_BYTES_MAX)
+RANGE_BYTES = 256 << 20  # a large history is read in ranges of this size, one task each
+PARALLEL_BYTES_MIN = 64 << 20  # a smaller history is read in the calling process
+DIGEST_BYTES = 32  # SHA-256
+DETAIL_READ_BYTES = 64 << 10  # Acked.details reads a line in pieces of this size
+
+# the C scanner json.loads runs, without json.loads' wrapper
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 @attrs.frozen
 class AckedAppend:
+    """One acknowledged append in full: what a finding about it shows."""
+
     group: str
     index: int | None  # the index the server acknowledged; None if the history lacks it
     value: str  # the value's first HEAD_BYTES bytes, escaped (escaped_head)
@@ -64,74 +87,466 @@ def acknowledged(
     )
 
 
-def _lines(path: str) -> Iterator[bytes]:
-    """The file's lines (without line ends), read in blocks of READ_BYTES: a history of
-    millions of appends is gigabytes, and is never held whole."""
+AckedDigests = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+@attrs.frozen(eq=False)
+class Acked:
+    """The acknowledged appends of a history, one array per column, in the history's order."""
+
+    path: str  # the history, for details
+    groups: tuple[str, ...]
+    group: np.ndarray  # int32: the append's group, as a position in `groups`
+    index: np.ndarray  # int64: the acknowledged index; 0 where the history records none
+    digest: np.ndarray  # uint8, n x 32: SHA-256 of the value's UTF-8 bytes
+    offset: np.ndarray  # int64: where the append's line starts in the file
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def highest(self) -> dict[str, int]:
+        """group -> the highest index acknowledged in it (groups with an indexed append)."""
+        out: dict[str, int] = {}
+        if len(self):
+            top = np.zeros(len(self.groups), dtype=np.int64)
+            np.maximum.at(top, self.group, self.index)
+            out = {g: int(top[k]) for k, g in enumerate(self.groups) if top[k] > 0}
+        return out
+
+    def digests_by_group(self) -> AckedDigests:
+        """group -> (indexes, n x 32 SHA-256 digests), sorted by index, of the acknowledged
+        appends that record an index: what the screen compares with the committed bodies'
+        digests."""
+        out: AckedDigests = {}
+        for k, g in enumerate(self.groups):
+            rows = np.flatnonzero((self.group == k) & (self.index > 0))
+            if len(rows):
+                rows = rows[np.argsort(self.index[rows], kind="stable")]
+                out[g] = (self.index[rows], self.digest[rows])
+        return out
+
+    def details(self, which: np.ndarray) -> list[AckedAppend]:
+        """The appends where `which` (a bool per append) holds, in full, read again from the
+        history (the lines at their offsets), in the history's order."""
+        out = []
+        with _open(self.path) as f:
+            for at in self.offset[which].tolist():
+                line = _line_at(f, at)
+                out.append(_appended(_parse(line), _Where(self.path, at)))
+        return out
+
+
+def read_acked(path: str, *, processes: int | None = None) -> Acked:
+    """Every acknowledged append in the history at `path`. A history of PARALLEL_BYTES_MIN or
+    more is read by `processes` (default: one per CPU) in ranges of RANGE_BYTES."""
+    return Reading(path, processes=processes).result()
+
+
+class Reading:
+    """A history being read: by worker processes in the background when it is large (they
+    start here, so the caller can start the JVM meanwhile), else here and now. `result()`
+    gives the Acked, or raises InputUnreadable for the first bad line of the file."""
+
+    def __init__(self, path: str, *, processes: int | None = None) -> None:
+        self.path = path
+        self.ranges = 0  # read by worker processes; 0 when read here
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._futures: list[concurrent.futures.Future[Part]] = []
+        self._parts: list[Part] = []
+        size = _size(path)
+        if size < PARALLEL_BYTES_MIN:
+            self._parts = [read_range(path, 0, size)]
+            return
+        ranges = [(lo, min(lo + RANGE_BYTES, size)) for lo in range(0, size, RANGE_BYTES)]
+        workers = processes or len(os.sched_getaffinity(0))
+        # fork where this is the only thread (dledger-audit, before the JVM): the workers then
+        # import nothing; spawn otherwise, as forking a threaded process is unsafe
+        method = "fork" if threading.active_count() == 1 else "spawn"
+        self._pool = concurrent.futures.ProcessPoolExecutor(
+            min(workers, len(ranges)), mp_context=multiprocessing.get_context(method)
+        )
+        self._futures = [self._pool.submit(read_range, path, lo, hi) for lo, hi in ranges]
+        self.ranges = len(ranges)
+
+    def result(self) -> Acked:
+        parts = self._parts
+        try:
+            for future in self._futures:  # in file order: the first bad line is the one told
+                parts.append(future.result())
+                if parts[-1].error is not None:
+                    break
+        finally:
+            self.close()
+        bad = next((p.error for p in parts if p.error is not None), None)
+        if bad is not None:
+            at, reason = bad
+            where = reason if at < 0 else f"{_line_of(self.path, at)}: {reason}"
+            raise InputUnreadable(self.path, where)
+        return joined(self.path, parts)
+
+    def close(self) -> None:
+        """Stop the workers (those still reading are not waited for)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+# --- one range of the file: runs in a worker process --------------------------------------------
+@attrs.frozen
+class Part:
+    """What one range of the history holds: Acked's columns, and its first bad line."""
+
+    groups: list[str]
+    group: bytes  # array("i")
+    index: bytes  # array("q")
+    digest: bytes
+    offset: bytes  # array("q")
+    error: tuple[int, str] | None  # (where the line starts, why), or (-1, why) for the file
+
+
+@attrs.frozen
+class _Where:
+    """Where a line is, for InputUnreadable: "line N" is counted only when one is bad."""
+
+    path: str
+    at: int
+
+
+class _BadLine(Exception):
+    def __init__(self, reason: str, at: int = -1) -> None:
+        self.reason = reason
+        self.at = at  # where the line starts in the file
+
+
+class _Columns:
+    """Acked's columns of one range, as the range is read."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.by_bytes: dict[bytes, int] = {}  # codes, by the group's UTF-8 bytes
+        self.group, self.index, self.offset = array("i"), array("q"), array("q")
+        self.digests = bytearray()
+
+    def take(self, line: bytes, at: int) -> None:
+        """The line starting at `at`, one holding OK_MARK: kept if an acknowledged append."""
+        try:
+            op = _parse(line)
+            if not _is_ack(op):
+                return
+            group, value, index = _fields(op)  # type: ignore[arg-type]  # _is_ack: a dict
+            _time_ns(op)  # type: ignore[arg-type]
+        except _BadLine as bad:
+            raise _BadLine(bad.reason, at) from bad
+        self.add(group, index or 0, hashlib.sha256(value.encode()).digest(), at)
+
+    def take_usual(self, line: bytes, at: int) -> None:
+        """take, with the usual ok append (UTF-8, JSON with nothing after it, string group and
+        value, an index, an integer time) checked inline; anything else goes to take."""
+        try:
+            text = line.decode()
+            op, end = _scan(text, 0)
+        except (ValueError, StopIteration):
+            op, end = None, -1
+        if end != len(text) or type(op) is not dict:
+            self.take(line, at)
+            return
+        if op.get("type") != "ok" or op.get("f") != "append" or op.get("process") == "nemesis":
+            return
+        value, group, index = op.get("value"), op.get("group"), op.get("index")
+        if (
+            type(value) is str
+            and type(group) is str
+            and type(index) is int
+            and index >= 1
+            and type(op.get("time_ns")) is int
+        ):
+            self.add(group, index, hashlib.sha256(value.encode()).digest(), at)
+        else:
+            self.take(line, at)
+
+    def add(self, group: str, index: int, digest: bytes, at: int) -> None:
+        self.group.append(self.code(group))
+        self.index.append(index)
+        self.digests += digest
+        self.offset.append(at)
+
+    def code(self, group: str) -> int:
+        """The group's position in the part's list of groups."""
+        return self.codes.setdefault(group, len(self.codes))
+
+    def arrays(self) -> tuple[array[int], array[int], array[int], bytearray]:
+        """group, index, offset and digests, for _lines to append to."""
+        return self.group, self.index, self.offset, self.digests
+
+    def part(self, error: tuple[int, str] | None) -> Part:
+        return Part(
+            list(self.codes),
+            self.group.tobytes(),
+            self.index.tobytes(),
+            bytes(self.digests),
+            self.offset.tobytes(),
+            error,
+        )
+
+
+def read_range(path: str, lo: int, hi: int) -> Part:
+    """The acknowledged appends whose lines start in [lo, hi) (a line starts at 0 or after a
+    newline), reading on past `hi` to finish the last of them."""
+    columns = _Columns()
+    at = lo  # where in the file the next line to look at starts
+    try:
+        with _open(path) as f:
+            if lo > 0:
+                at = _next_line(f, lo)
+            f.seek(at)
+            rest = b""  # the start of a line the blocks so far cut
+            while at < hi:
+                block = f.read(READ_BYTES)
+                if not block:  # the last line, without a newline
+                    _lines(rest, 0, len(rest), at, columns)
+                    break
+                begin = 0
+                if rest:
+                    begin = block.find(b"\n") + 1
+                    if not begin:
+                        rest += block
+                        if len(rest) > HISTORY_LINE_BYTES_MAX:
+                            raise _BadLine(f"longer than {HISTORY_LINE_BYTES_MAX}", at)
+                        continue
+                    line = rest + block[:begin]
+                    _lines(line, 0, len(line), at, columns)
+                    at += len(line)
+                    if at >= hi:
+                        break
+                end = max(begin, block.rfind(b"\n") + 1)  # whole lines
+                if at + end - begin > hi:  # lines starting at hi or later are the next range's
+                    end = min(end, block.find(b"\n", begin + hi - at - 1) + 1 or end)
+                _lines(block, begin, end, at, columns)
+                at += end - begin
+                rest = block[end:]
+                if len(rest) > HISTORY_LINE_BYTES_MAX:
+                    raise _BadLine(f"longer than {HISTORY_LINE_BYTES_MAX}", at)
+    except _BadLine as bad:
+        return columns.part((bad.at, bad.reason))
+    except OSError as err:
+        return columns.part((-1, str(err)))
+    except InputUnreadable as err:
+        return columns.part((-1, err.reason))
+    return columns.part(None)
+
+
+NEWLINE, OPEN, CLOSE, QUOTE, LETTER_O, LETTER_K, SPACE = b'\n{}"ok '  # what _lines looks for
+_SPACES, _STRING, _INTEGER = rb" *", rb'"([^"]*)"', rb"(-?(?:0|[1-9][0-9]*))"
+# The ok append as the chaos harness writes it (keys in its order, "error" and "node" optional,
+# compact or with spaces). In a line of ASCII without a backslash or control character this
+# matches exactly the lines json.loads reads as such an append, with these fields: no string
+# there can hold an escape, so each "..." is the string, its bytes the value's UTF-8.
+_USUAL = re.compile(
+    rb"\{ *"
+    + rb" *, *".join(
+        rb'"%s" *: *%s' % (key, value)
+        for key, value in [
+            (b"type", b'"ok"'),
+            (b"process", _INTEGER),
+            (b"f", b'"append"'),
+            (b"value", _STRING),
+            (b"group", _STRING),
+            (b"index", rb"([1-9][0-9]*)"),
+            (b"time_ns", _INTEGER),
+        ]
+    )
+    + rb'(?: *, *"error" *: *null)?(?: *, *"node" *: *"[^"]*")? *\}'
+)
+
+
+def _lines(data: bytes, begin: int, end: int, at: int, columns: _Columns) -> None:
+    """The lines of data[begin:end], which starts at `at` in the file (each line ends in a
+    newline, or at `end`). Usually every line is an object's braces: numpy tells that for the
+    block at once, and finds the lines holding OK_MARK (by their k), which alone are parsed,
+    by _USUAL where the block allows it, else by take_usual. Otherwise, line by line."""
+    if end <= begin:
+        return
+    byte = np.frombuffer(data, np.uint8, end - begin, begin)
+    control = np.nonzero(byte < SPACE)[0]
+    plain = bool((byte[control] == NEWLINE).all())  # no control character but newlines
+    newline = control if plain else np.nonzero(byte == NEWLINE)[0]
+    whole = int(byte[-1] == NEWLINE)
+    starts = np.concatenate(([0], newline[: len(newline) - whole] + 1))
+    stops = newline if whole else np.append(newline, end - begin)
+    if not (
+        end - begin <= HISTORY_LINE_BYTES_MAX  # so no line is longer
+        and (byte[starts] == OPEN).all()
+        and (byte[stops - 1] == CLOSE).all()
+    ):
+        _each_line(data[begin : end - whole], at, columns)
+        return
+    k = np.nonzero(byte == LETTER_K)[0]
+    k = k[(k >= 2) & (k + 1 < len(byte))]
+    k = k[(byte[k - 2] == QUOTE) & (byte[k - 1] == LETTER_O) & (byte[k + 1] == QUOTE)]
+    marked = np.unique(np.searchsorted(newline, k))  # the lines holding OK_MARK
+    starts, stops = (starts[marked] + begin).tolist(), (stops[marked] + begin).tolist()
+    # ASCII without a backslash: _USUAL can read the lines (the block's bytes past `end` are
+    # looked at too, rather than copied)
+    plain = plain and data.find(b"\\", begin, end) < 0 and data.isascii()
+    match, view, sha256 = _USUAL.fullmatch, memoryview(data), hashlib.sha256
+    codes, group, index, offset, digests = columns.by_bytes, *columns.arrays()
+    for start, stop in zip(starts, stops, strict=True):
+        usual = match(data, start, stop) if plain else None
+        if usual is None:
+            columns.take_usual(data[start:stop], at + start - begin)
+            continue
+        value_start, value_stop = usual.span(2)
+        name = usual.group(3)
+        code = codes.get(name)
+        if code is None:
+            code = codes[name] = columns.code(name.decode())
+        group.append(code)
+        index.append(int(usual.group(4)))
+        digests += sha256(view[value_start:value_stop]).digest()
+        offset.append(at + start - begin)
+
+
+def _each_line(data: bytes, at: int, columns: _Columns) -> None:
+    """The lines of data (from `at` in the file), one by one."""
+    for line in data.split(b"\n"):
+        if len(line) > HISTORY_LINE_BYTES_MAX:
+            raise _BadLine(f"longer than {HISTORY_LINE_BYTES_MAX}", at)
+        if OK_MARK in line:
+            columns.take(line, at)
+        elif not (line[:1] == b"{" and line[-1:] == b"}"):
+            s = line.strip()
+            if s and not (s[:1] == b"{" and s[-1:] == b"}"):
+                raise _BadLine("not JSON: not an object", at)
+        at += len(line) + 1
+
+
+def _parse(line: bytes) -> object:
+    """The JSON value of one line, as json.loads gives it; raises _BadLine."""
+    try:
+        text = line.decode()
+        op, end = _scan(text, 0)
+        if end == len(text) or text[end:].isspace():
+            return op
+    except (ValueError, StopIteration):  # leading space, a bad byte or bad JSON: json.loads says
+        pass
+    try:
+        return json.loads(line)
+    except ValueError as err:
+        raise _BadLine(f"not JSON: {err}") from err
+
+
+def _is_ack(op: object) -> bool:
+    if not isinstance(op, dict):
+        raise _BadLine("not a JSON object")
+    return op.get("type") == "ok" and op.get("f") == "append" and op.get("process") != "nemesis"
+
+
+def _fields(op: dict[str, object]) -> tuple[str, str, int | None]:
+    """group, value and index of an ok append; raises _BadLine when they are not those."""
+    group, value, index = op.get("group"), op.get("value"), op.get("index")
+    if not isinstance(group, str) or not isinstance(value, str):
+        raise _BadLine("ok append without a string group/value")
+    if index is not None and (type(index) is not int or index < 1):
+        raise _BadLine(f"index {index!r} is not an index")
+    return group, value, index
+
+
+def _time_ns(op: dict[str, object]) -> int:
+    try:
+        return int(op.get("time_ns") or 0)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as err:
+        raise _BadLine(f"time_ns {op.get('time_ns')!r} is not a number") from err
+
+
+def _appended(op: object, where: _Where) -> AckedAppend:
+    """The AckedAppend of a line that read_range took for one."""
+    try:
+        assert isinstance(op, dict) and _is_ack(op)
+        group, value, index = _fields(op)
+        time_ns = _time_ns(op)
+    except _BadLine as bad:  # the file changed since it was read
+        line = _line_of(where.path, where.at)
+        raise InputUnreadable(where.path, f"{line}: {bad.reason}") from bad
+    return acknowledged(group, index, value, str(op.get("process")), time_ns)
+
+
+def joined(path: str, parts: Sequence[Part]) -> Acked:
+    """The ranges' columns as one Acked, group codes made common."""
+    groups: dict[str, int] = {}
+    codes = []
+    for p in parts:
+        remap = np.array([groups.setdefault(g, len(groups)) for g in p.groups], dtype=np.int32)
+        local = np.frombuffer(p.group, dtype=np.int32)
+        codes.append(remap[local] if len(remap) else local)
+    return Acked(
+        path,
+        tuple(groups),
+        np.concatenate([np.zeros(0, np.int32), *codes]),
+        _cat(p.index for p in parts),
+        np.frombuffer(b"".join(p.digest for p in parts), dtype=np.uint8).reshape(-1, DIGEST_BYTES),
+        _cat(p.offset for p in parts),
+    )
+
+
+def _cat(columns: Iterable[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(columns), dtype=np.int64)
+
+
+# --- the file ------------------------------------------------------------------------------------
+def _open(path: str) -> IO[bytes]:
+    """The history for reading with seek: a local file, or any URI pyarrow.fs opens."""
     fs, local = filesystem(path)
     try:
-        with fs.open_input_stream(local) as stream:
-            rest = b""
-            while block := stream.read(READ_BYTES):
-                lines = (rest + block).splitlines(keepends=True)
-                rest = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
-                if len(rest) > HISTORY_LINE_BYTES_MAX:
-                    yield rest  # the caller refuses it
-                    return
-                for line in lines:
-                    yield line.rstrip(b"\r\n")
-            if rest:
-                yield rest
+        if "://" not in path:
+            return open(local, "rb")
+        return fs.open_input_file(local)  # a NativeFile: read, seek, close
     except OSError as err:
         raise InputUnreadable(path, str(err)) from err
 
 
-def read_acked(path: str) -> list[AckedAppend]:
-    """Every acknowledged append in the history at `path`, in recorded order."""
-    acked: list[AckedAppend] = []
-    for number, line in enumerate(_lines(path), start=1):
-        if not line.strip():
-            continue
-        if len(line) > HISTORY_LINE_BYTES_MAX:
-            raise InputUnreadable(path, f"line {number}: longer than {HISTORY_LINE_BYTES_MAX}")
-        if OK_MARK not in line:  # an invocation, fail, info or nemesis record
-            braces = line.startswith(b"{") and line.endswith(b"}")  # without a copy, usually
-            if not braces and not (line.strip().startswith(b"{") and line.strip().endswith(b"}")):
-                raise InputUnreadable(path, f"line {number}: not JSON: not an object")
-            continue
-        try:
-            op = json.loads(line)
-        except ValueError as err:
-            raise InputUnreadable(path, f"line {number}: not JSON: {err}") from err
-        if not isinstance(op, dict):
-            raise InputUnreadable(path, f"line {number}: not a JSON object")
-        if op.get("type") != "ok" or op.get("f") != "append" or op.get("process") == "nemesis":
-            continue
-        group, value, index = op.get("group"), op.get("value"), op.get("index")
-        if not isinstance(group, str) or not isinstance(value, str):
-            raise InputUnreadable(path, f"line {number}: ok append without a string group/value")
-        if index is not None and (not isinstance(index, int) or index < 1):
-            raise InputUnreadable(path, f"line {number}: index {index!r} is not an index")
-        acked.append(
-            acknowledged(group, index, value, str(op.get("process")), int(op.get("time_ns") or 0))
-        )
-    return acked
+def _size(path: str) -> int:
+    fs, local = filesystem(path)
+    try:
+        info = fs.get_file_info(local)
+    except OSError as err:
+        raise InputUnreadable(path, str(err)) from err
+    if info.size is None:
+        raise InputUnreadable(path, "no such file")
+    return int(info.size)
 
 
-AckedDigests = dict[str, tuple[np.ndarray, np.ndarray]]
+def _next_line(f: IO[bytes], lo: int) -> int:
+    """Where the first line starting at or after `lo` (> 0) starts: after the first newline at
+    or after lo - 1; the file's end if there is none."""
+    at = lo - 1
+    f.seek(at)
+    while block := f.read(DETAIL_READ_BYTES):
+        k = block.find(b"\n")
+        if k >= 0:
+            return at + k + 1
+        at += len(block)
+    return at
 
 
-def digests_by_group(acked: Sequence[AckedAppend]) -> AckedDigests:
-    """group -> (indexes, n x 32 SHA-256 digests), sorted by index, of the acknowledged appends
-    that record an index: what the screen compares with the committed bodies' digests."""
-    rows: dict[str, tuple[list[int], list[bytes]]] = {}
-    for a in acked:
-        if a.index is not None:
-            indexes, digests = rows.setdefault(a.group, ([], []))
-            indexes.append(a.index)
-            digests.append(a.digest)
-    out: AckedDigests = {}
-    for group, (indexes, digests) in rows.items():
-        order = np.argsort(np.array(indexes, dtype=np.int64), kind="stable")
-        matrix = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 32)
-        out[group] = (np.array(indexes, dtype=np.int64)[order], matrix[order])
-    return out
+def _line_at(f: IO[bytes], at: int) -> bytes:
+    """The line starting at `at`, without its newline."""
+    f.seek(at)
+    pieces = []
+    while piece := f.read(DETAIL_READ_BYTES):
+        k = piece.find(b"\n")
+        if k >= 0:
+            pieces.append(piece[:k])
+            break
+        pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _line_of(path: str, at: int) -> str:
+    """ "line N" for the line starting at byte `at` (newlines before it, counted)."""
+    newlines = 0
+    with _open(path) as f:
+        left = at
+        while left > 0 and (block := f.read(min(READ_BYTES, left))):
+            newlines += block.count(b"\n")
+            left -= len(block)
+    return f"line {newlines + 1}"

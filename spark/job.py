@@ -23,8 +23,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from spark import agreement, checks, frames, layout, read, screen, workers
-from spark import history as history_
-from spark.history import AckedAppend
+from spark.history import Acked, AckedAppend
 from spark.layout import Replica
 from spark.progress import Progress
 
@@ -86,16 +85,17 @@ def max_per_group(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
 
 def replica_rows(
     replicas: Sequence[Replica],
-    acked: Sequence[AckedAppend] | None = None,
+    acked_max: Mapping[str, int] | None = None,
     held: Mapping[str, int] | None = None,
 ) -> list[tuple[Any, ...]]:
     """REPLICA_COLUMNS for each replica: its group's size, quorum and commit index. A group's
     commit index is the highest any replica's checkpoint records, or the highest index the
-    history says was acknowledged, whichever is higher: an acknowledgement is a commit, and
-    checkpoints lag (they are written periodically, and a replica killed with -9 writes none).
-    `held` (group -> highest index any replica's log holds) caps that raise: an acknowledged
-    index no replica holds is a `missing_append`, not also an `under_replicated` index."""
-    acked_max = max_per_group((a.group, a.index) for a in acked or () if a.index is not None)
+    history says was acknowledged (`acked_max`: group -> that index, Acked.highest), whichever
+    is higher: an acknowledgement is a commit, and checkpoints lag (they are written
+    periodically, and a replica killed with -9 writes none). `held` (group -> highest index any
+    replica's log holds) caps that raise: an acknowledged index no replica holds is a
+    `missing_append`, not also an `under_replicated` index."""
+    acked_max = dict(acked_max or {})
     if held is not None:
         acked_max = {g: min(i, held.get(g, 0)) for g, i in acked_max.items()}
     rows = []
@@ -201,25 +201,22 @@ def _add_sound(
         span["sound_first_index"], span["sound_last_index"] = (first, last) if n else (None, None)
 
 
-def screened_out(screened: screen.Screened, acked: Sequence[AckedAppend]) -> list[AckedAppend]:
-    """The acknowledged appends the screen did not compare: without an index, or at an index
-    outside the chunks it found plain (those matched the committed body's digest)."""
-    out = [a for a in acked if a.index is None]
-    by_group: dict[str, list[AckedAppend]] = {}
-    for a in acked:
-        if a.index is not None:
-            by_group.setdefault(a.group, []).append(a)
-    for group, appends in by_group.items():
-        indexes = np.array([a.index for a in appends], dtype=np.int64)
-        plain = screened.in_plain_chunks(group, indexes)
-        out += [a for a, p in zip(appends, plain.tolist(), strict=True) if not p]
-    return out
+def screened_out(screened: screen.Screened | None, acked: Acked) -> list[AckedAppend]:
+    """The acknowledged appends the screen did not compare, in full (read again from the
+    history): without an index, or at an index outside the chunks it found plain (those
+    matched the committed body's digest); all of them without a screen."""
+    out = np.ones(len(acked), dtype=bool)
+    if screened is not None:
+        for code, group in enumerate(acked.groups):
+            rows = np.flatnonzero((acked.group == code) & (acked.index > 0))
+            out[rows] = ~screened.in_plain_chunks(group, acked.index[rows])
+    return acked.details(out)
 
 
 def run(
     spark: SparkSession,
     replicas: Sequence[Replica],
-    acked: Sequence[AckedAppend] | None,
+    acked: Acked | None,
     out_dir: str,
     progress: Progress,
     *,
@@ -241,20 +238,22 @@ def run(
 def _run(
     spark: SparkSession,
     replicas: Sequence[Replica],
-    acked: Sequence[AckedAppend] | None,
+    acked: Acked | None,
     out_dir: str,
     progress: Progress,
     chunk_bits: int | None,
 ) -> Outcome:
     screened, screen_tasks = None, 0
+    acked_count = 0 if acked is None else len(acked)
+    acked_max = None if acked is None else acked.highest()
     # an acknowledgement is a commit: the screen judges up to the raised commit (replica_rows)
-    commits = {row[0]: row[-1] for row in replica_rows(replicas, acked)}
+    commits = {row[0]: row[-1] for row in replica_rows(replicas, acked_max)}
     if chunk_bits is not None:
         screen_tasks = len(screen.plan(replicas, chunk_bits))
         progress.step(f"screening {len(replicas)} replicas in {screen_tasks} tasks")
         digests = None
         if acked is not None:  # read once per Python worker, not shipped with every task
-            digests = spark.sparkContext.broadcast(history_.digests_by_group(acked))
+            digests = spark.sparkContext.broadcast(acked.digests_by_group())
         screened = screen.Screened.collect(spark, replicas, chunk_bits, commits, digests)
         if digests is not None:
             digests.unpersist()
@@ -279,7 +278,7 @@ def _run(
     held = max_per_group(
         (s["group"], int(s["last_index"])) for s in spans if s["last_index"] is not None
     )
-    replica_facts = replica_rows(replicas, acked, held)
+    replica_facts = replica_rows(replicas, acked_max, held)
     replicas_df = frames.local(spark, replica_facts, REPLICA_SCHEMA)
     entries_checked = sum(int(s["entries"]) for s in spans)
     progress.step(f"read {entries_checked} entries; checking")
@@ -293,12 +292,13 @@ def _run(
     summary_df = frames.local(spark, summary_rows, screen.SUMMARY_SCHEMA)
     history = None
     if acked is not None:
-        unscreened = acked if screened is None else screened_out(screened, acked)
+        unscreened = screened_out(screened, acked)
         progress.step(
             f"{len(acked) - len(unscreened)} of {len(acked)} acknowledged appends matched "
             "in plain chunks"
         )
-        history = frames.local(spark, [attrs.astuple(a) for a in unscreened], ACKED_SCHEMA)
+        if unscreened:  # else the Spark check has nothing to compare: not built at all
+            history = frames.local(spark, [attrs.astuple(a) for a in unscreened], ACKED_SCHEMA)
     findings = all_findings(
         entries,
         replicas_df,
@@ -316,7 +316,7 @@ def _run(
         counts, examples = _summarise([row.asDict() for row in few], out_dir)
         progress.step(f"{sum(c['count'] for c in counts)} findings")
         entries.unpersist()
-        return Outcome(spans, counts, examples, entries_checked, tasks, len(acked or ()))
+        return Outcome(spans, counts, examples, entries_checked, tasks, acked_count)
     # the union has a partition per input partition of every check: merge them before caching
     findings = findings.coalesce(spark.sparkContext.defaultParallelism).persist()
     counts = [
@@ -341,4 +341,4 @@ def _run(
     )
     findings.unpersist()
     entries.unpersist()
-    return Outcome(spans, counts, examples, entries_checked, tasks, len(acked or ()))
+    return Outcome(spans, counts, examples, entries_checked, tasks, acked_count)

@@ -7,10 +7,11 @@ from docs/formats.md, each helper naming the one fault it makes.
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dledger.log.config import StoreConfig
@@ -163,3 +164,19 @@ def forge_body(store_dir: Path, index: int, text: bytes) -> tuple[str, int]:
         f.seek(at + ENTRY_HEADER_BYTES)
         f.write(forged)
     return f"data/{segment.name}", position
+
+
+# --- a chaos history (docs/formats.md#chaos-history) -----------------------------------------
+Ack = tuple[str, int | None, str, int | str, int]  # group, index, value, process, time_ns
+
+
+def write_history(path: Path, acks: Iterable[Ack]) -> Path:
+    """A history.jsonl as the chaos harness writes it (compact JSON): an invoke and an ok line
+    per acknowledged append, the ok one with its index (None: the history records none)."""
+    with open(path, "w") as f:
+        for group, index, value, process, time_ns in acks:
+            op = {"process": process, "f": "append", "value": value, "group": group}
+            for kind, at, i in (("invoke", time_ns - 1, None), ("ok", time_ns, index)):
+                line = {"type": kind, **op, "index": i, "time_ns": at, "error": None}
+                f.write(json.dumps(line, separators=(",", ":")) + "\n")
+    return path

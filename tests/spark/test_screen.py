@@ -161,7 +161,7 @@ def findings(
     root: Path,
     out: Path,
     chunk_bits: int | None,
-    acked: list[history.AckedAppend] | None = None,
+    acked: history.Acked | None = None,
 ) -> Any:
     replicas = layout.discover([str(root)])
     with Progress(spark.sparkContext, quiet=True) as progress:
@@ -229,13 +229,13 @@ def test_the_history_check_finds_the_same_with_and_without_screening(
     write_fault_groups(root, range(0))
     for store in write_group(root, "forged-all", N).values():  # every replica: they agree
         stores.forge_body(store, 20, b"FORGED BY HAND")
-    acked = [
-        history.acknowledged(g, i, payload(g, i).decode(), str(i % 3), i)
+    acks: list[stores.Ack] = [
+        (g, i, payload(g, i).decode(), i % 3, i)
         for g in ("clean", "forged-all", "corrupt", "divergent")
         for i in range(1, N + 1)
     ]
-    acked += [history.acknowledged("clean", N + 1, "never written", "0", 0)]
-    acked += [history.acknowledged("clean", None, "no index", "1", 0)]
+    acks += [("clean", N + 1, "never written", 0, 1), ("clean", None, "no index", 1, 1)]
+    acked = history.read_acked(str(stores.write_history(tmp_path / "history.jsonl", acks)))
     screened, with_screen = findings(spark, root, tmp_path / "a", BITS, acked)
     full, without = findings(spark, root, tmp_path / "b", None, acked)
     assert with_screen == without
