@@ -25,6 +25,9 @@ DEFAULT_TOPIC_QUEUES = 4  # defaultTopicQueueNums: queues of an auto-created top
 # the namesrv's route changes. Our groups elect in about a second.
 SAME_GROUP_BACKOFF_S_MIN = 0.02
 SAME_GROUP_BACKOFF_S_MAX = 0.25
+# After a send had a broker auto-create its topic, the producer asks the namesrvs for the new
+# route until they have it (the broker registers it after answering) or this long has passed.
+CREATED_ROUTE_WAIT_S = 30.0
 UNREGISTER_TIMEOUT_S = 1.0  # UNREGISTER_CLIENT to every broker on close, all at once
 
 # --- batches (RocketMQ's MessageBatch splitter) ---------------------------------------------------

@@ -397,8 +397,9 @@ class AsyncProducer:
                 )
             result = await self._send_one_queue(outgoing, queue, found, deadline)
         if found.via_default and outgoing.topic not in self._created:
-            self._created.add(outgoing.topic)  # the broker created it: its own route exists now
-            self._refresh_soon(outgoing.topic)  # (later sends ask too, while it is not cached)
+            self._created.add(outgoing.topic)  # the broker created it: its own route follows
+            if self._background is not None and not self._closed:
+                self._background.start_soon(self._await_created_route, outgoing.topic)
         return result
 
     async def _send_any_queue(
@@ -470,6 +471,22 @@ class AsyncProducer:
             return
         self._refresh_pending.add(topic)
         self._background.start_soon(self._refresh, topic)
+
+    async def _await_created_route(self, topic: str) -> None:
+        """Ask until the namesrvs route a topic our send had a broker create: the broker
+        registers it after answering the send, so the first answers may still say it does not
+        exist. Doubling pauses, for at most CREATED_ROUTE_WAIT_S."""
+        pause_s = limits.SAME_GROUP_BACKOFF_S_MIN
+        with trio.move_on_after(limits.CREATED_ROUTE_WAIT_S):
+            while not self._closed:
+                try:
+                    if await self._live().refresh(topic, force=True) is not None:
+                        return
+                except (NoRouteError, ClientClosed) as err:
+                    log.info("refreshing the route of %s: %s", topic, err)
+                await trio.sleep(pause_s)
+                pause_s = min(2 * pause_s, limits.SAME_GROUP_BACKOFF_S_MAX)
+        log.info("no namesrv routes %s yet; its sends use TBW102's route meanwhile", topic)
 
     async def _refresh(self, topic: str) -> None:
         try:
