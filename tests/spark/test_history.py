@@ -135,11 +135,10 @@ def test_the_usual_lines_are_read_by_the_pattern_as_json_loads_reads_them(
     assert usual > 100
     odd = [line for line in lines if b'"ok"' in line and not history._USUAL.fullmatch(line)]
     assert len(odd) > 10  # these are parsed by json
-    taken = []
+    taken: list[bytes] = []
+    parse = history._Columns.take
     monkeypatch.setattr(
-        history._Columns,
-        "take_usual",
-        lambda self, line, at: taken.append(line) or history._Columns.take(self, line, at),
+        history._Columns, "take", lambda self, line, at: taken.append(line) or parse(self, line, at)
     )
     assert_same(history.read_acked(str(path)), by_the_rules(path))
     assert len(taken) == len(odd)  # the pattern took the usual lines, json the others
@@ -238,3 +237,15 @@ def test_digests_by_group_and_highest(tmp_path: Path) -> None:
     digests = acked.digests_by_group()
     assert digests["g"][0].tolist() == [3, 5] and digests["h"][0].tolist() == [2]
     assert digests["g"][1][1].tobytes() == history.acknowledged("g", 5, "five", "0", 1).digest
+
+
+@pytest.mark.parametrize("after", ["\r", " \t", "\x0c", "\u00a0"])
+def test_only_json_whitespace_may_follow_an_object(tmp_path: Path, after: str) -> None:
+    path = tmp_path / "history.jsonl"
+    line = '{"type":"ok","process":1,"f":"append","value":"v","group":"g","index":1,"time_ns":5}'
+    path.write_text(line + after + "\n")
+    if after.strip(" \t\r"):
+        with pytest.raises(InputUnreadable, match="line 1: not JSON: Extra data"):
+            history.read_acked(str(path))
+    else:
+        assert_same(history.read_acked(str(path)), by_the_rules(path))
