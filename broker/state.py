@@ -127,7 +127,11 @@ class BrokerState:
         self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
         if saved is not None:
             self.metadata.restore(saved["metadata"])
-        if saved is not None and self._derived_files_hold(saved):
+        # Under ASYNC_FLUSH the checkpoint may count entries the log had not synced, which a
+        # crash can take with it: derived files ahead of the log are rebuilt from it, and the
+        # leader sends the lost entries again.
+        ahead = saved is not None and int(saved["applied_index"]) > self.store.last_index
+        if saved is not None and not ahead and self._derived_files_hold(saved):
             self.applied_index = max(int(saved["applied_index"]), self.store.first_index - 1)
             lengths = {(t, int(q)): int(n) for t, q, n in saved["queues"]}
             for topic, queue_id, queue in self.queues:
@@ -136,7 +140,15 @@ class BrokerState:
             self._reindex(reindex_from, self.applied_index)
             log.info("broker state restored at index %d", self.applied_index)
         else:
-            why = "no checkpoint" if saved is None else "derived files behind the checkpoint"
+            if saved is None:
+                why = "no checkpoint"
+            elif ahead:
+                why = (
+                    f"the checkpoint counts index {saved['applied_index']}, past the log's "
+                    f"last {self.store.last_index}"
+                )
+            else:
+                why = "derived files behind the checkpoint"
             log.warning("rebuilding ConsumeQueues and IndexFiles from the log (%s)", why)
             self.queues.close()
             self.index.close()
