@@ -76,11 +76,12 @@ class Broker:
         topics.setdefault(DEFAULT_TOPIC, default)
         return topics
 
-    async def placements(self, first: int, last: int) -> list[Placed]:
-        """Where the committed messages first..last landed (queue and physical offsets)."""
+    async def placements(self, first: int, last: int, *, shaped_here: bool) -> list[Placed]:
+        """Where the committed messages first..last landed (queue and physical offsets).
+        `shaped_here`: this replica committed them as leader (see BrokerState.placed)."""
         placed: list[Placed] = []
         for index in range(first, last + 1):
-            p = self.state.placed(index)
+            p = self.state.placed(index, shaped_here=shaped_here)
             if p is None:
                 p = await self._read_placement(index)
             placed.append(p)

@@ -272,7 +272,7 @@ async def _send(
             f"{uniq.decode() if uniq else '?'}",
         ) from err
     first = written.last_index - len(records) + 1
-    placed = await broker.placements(first, written.last_index)
+    placed = await broker.placements(first, written.last_index, shaped_here=written.through_leader)
     uniq = props.find(outgoing[0].properties, b"UNIQ_KEY") if halves else None
     response = SendMessageResponseHeader(
         msg_id=",".join(offset_msg_id(store_host, p.physical_offset) for p in placed),

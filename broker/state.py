@@ -104,7 +104,13 @@ class BrokerState:
         self.index: IndexStore
         self._arrivals: dict[QueueKey, trio.Event] = {}
         self._applied = trio.Event()
+        # Where recent messages landed, by log index, for SEND answers. `_recent` holds what
+        # applying found (true for good); `_shaped` what this replica assigned as leader when
+        # it proposed them, true only if they commit in that term: a deposed leader's guesses
+        # stay here after other entries replaced them at those indexes, so only a send that
+        # this replica committed as leader may read them (Broker.placements).
         self._recent: dict[int, Placed] = {}
+        self._shaped: dict[int, Placed] = {}
         # the leader's assignment of queue offsets (`shape`): valid while `_ready_term` is the
         # term it leads in; None while not leading or not yet caught up with its own log
         self._role = RoleState(Role.FOLLOWER, 0, None)
@@ -135,7 +141,11 @@ class BrokerState:
         self.index = IndexStore.open(self.root, geometry.index_slots, geometry.index_items)
         if saved is not None:
             self.metadata.restore(saved["metadata"])
-        if saved is not None and self._derived_files_hold(saved):
+        # Under ASYNC_FLUSH the checkpoint may count entries the log had not synced, which a
+        # crash can take with it: derived files ahead of the log are rebuilt from it, and the
+        # leader sends the lost entries again.
+        ahead = saved is not None and int(saved["applied_index"]) > self.store.last_index
+        if saved is not None and not ahead and self._derived_files_hold(saved):
             self.applied_index = max(int(saved["applied_index"]), self.store.first_index - 1)
             lengths = {(t, int(q)): int(n) for t, q, n in saved["queues"]}
             for topic, queue_id, queue in self.queues:
@@ -144,7 +154,15 @@ class BrokerState:
             self._reindex(reindex_from, self.applied_index)
             log.info("broker state restored at index %d", self.applied_index)
         else:
-            why = "no checkpoint" if saved is None else "derived files behind the checkpoint"
+            if saved is None:
+                why = "no checkpoint"
+            elif ahead:
+                why = (
+                    f"the checkpoint counts index {saved['applied_index']}, past the log's "
+                    f"last {self.store.last_index}"
+                )
+            else:
+                why = "derived files behind the checkpoint"
             log.warning("rebuilding ConsumeQueues and IndexFiles from the log (%s)", why)
             self.queues.close()
             self.index.close()
@@ -340,9 +358,11 @@ class BrokerState:
             event.set()
 
     def _remember(self, index: int, placed: Placed) -> None:
-        self._recent[index] = placed
-        if len(self._recent) > RECENT_SENDS_MAX:
-            del self._recent[next(iter(self._recent))]
+        _bounded_put(self._recent, index, placed)
+
+    def remember_shaped(self, index: int, placed: Placed) -> None:
+        """What the leader assigned to the message it proposes at `index` (see `_shaped`)."""
+        _bounded_put(self._shaped, index, placed)
 
     # --- the leader's half: offsets assigned as messages enter the log (ProposalShaper) ------
 
@@ -395,7 +415,7 @@ class BrokerState:
             stored_message.patch_offsets(record, 0, offset, position + HEADER_BYTES)
             self._next_offsets[key] = offset + 1
             self._last_shape.append(key)
-            self._remember(first_index + k, Placed(key[1], offset, position + HEADER_BYTES))
+            self.remember_shaped(first_index + k, Placed(key[1], offset, position + HEADER_BYTES))
             shaped.append(bytes(record))
         return shaped
 
@@ -421,8 +441,14 @@ class BrokerState:
         """Return once a message for a schedule queue is applied (the caller bounds the wait)."""
         await self._schedule_arrival.wait()
 
-    def placed(self, index: int) -> Placed | None:
-        return self._recent.get(index)
+    def placed(self, index: int, *, shaped_here: bool) -> Placed | None:
+        """Where the message at `index` landed, if remembered. `shaped_here`: this replica
+        proposed it as leader and saw it commit in that term, so its own assignment holds;
+        otherwise (a write forwarded to the leader) only what applying found is trusted."""
+        found = self._recent.get(index)
+        if found is None and shaped_here:
+            found = self._shaped.get(index)
+        return found
 
     async def wait_arrival(self, topic: str, queue_id: int) -> None:
         """Return once a message for (topic, queue_id) is applied (the caller bounds the wait)."""
@@ -448,3 +474,9 @@ class BrokerState:
     def record_at(self, physical_offset: int) -> bytes:
         """The stored message at `physical_offset` (Compacted, CorruptEntry as the log store)."""
         return self.store.get_at(physical_offset - HEADER_BYTES).body
+
+
+def _bounded_put(table: dict[int, Placed], index: int, placed: Placed) -> None:
+    table[index] = placed
+    if len(table) > RECENT_SENDS_MAX:
+        del table[next(iter(table))]

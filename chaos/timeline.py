@@ -69,31 +69,37 @@ def draw_series(
     windows: Sequence[FaultWindow],
     unit: str,
 ) -> None:
-    """One line per named series of counts per BIN_S (a broker run: SEND_OKs per broker group
-    and consumptions per consumer group), every fault window shaded and labelled by its kind
-    and, when it has one, the broker group it hit."""
-    fig = Figure(figsize=FIGURE_INCHES)
+    """Counts per BIN_S of a broker run, in two panels over one time axis: SEND_OKs per
+    broker group ("sent ok ..." series) above, consumptions per consumer group below (a
+    consumer catching up after a fault would flatten the sends on a shared scale); every
+    fault window shaded in both, labelled by its kind and the broker group it hit."""
+    fig = Figure(figsize=(FIGURE_INCHES[0], FIGURE_INCHES[1] * 1.6))
     FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    top = 1
-    for name, counts in series.items():
-        xs = [i * BIN_S for i in range(len(counts))]
-        style = "-" if name.startswith("sent") else ":"
-        ax.step(xs, counts, where="post", linestyle=style, linewidth=0.8, label=f"{name} {unit}")
-        top = max(top, max(counts, default=0))
-    labelled: set[str] = set()
-    for w in windows:
-        start = w.start_ns / 1e9
-        stop = w.end_ns / 1e9 if w.end_ns is not None else end_s
-        color = COLORS.get(w.f, "tab:gray")
-        ax.axvspan(start, stop, color=color, alpha=0.2, label=None if w.f in labelled else w.f)
-        labelled.add(w.f)
-        label = f"{w.kind} {w.value.get('group') or ''}".strip()
-        ax.text(start, top * 1.02, label, rotation=90, fontsize=6, va="bottom", ha="left")
-    ax.set_xlim(0, end_s)
-    ax.set_ylim(0, top * 1.45)
-    ax.set_xlabel("seconds since the workload started")
-    ax.set_ylabel(f"messages {unit}")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
+    top_ax, bottom_ax = fig.subplots(2, 1, sharex=True)
+    panels = [
+        (top_ax, {n: c for n, c in series.items() if n.startswith("sent")}, "SEND_OK"),
+        (bottom_ax, {n: c for n, c in series.items() if not n.startswith("sent")}, "consumed"),
+    ]
+    for ax, shown, what in panels:
+        top = 1
+        for name, counts in shown.items():
+            xs = [i * BIN_S for i in range(len(counts))]
+            ax.step(xs, counts, where="post", linewidth=0.8, label=f"{name} {unit}")
+            top = max(top, max(counts, default=0))
+        labelled: set[str] = set()
+        for w in windows:
+            start = w.start_ns / 1e9
+            stop = w.end_ns / 1e9 if w.end_ns is not None else end_s
+            color = COLORS.get(w.f, "tab:gray")
+            ax.axvspan(start, stop, color=color, alpha=0.2, label=None if w.f in labelled else w.f)
+            labelled.add(w.f)
+            if ax is top_ax:
+                label = f"{w.kind} {w.value.get('group') or ''}".strip()
+                ax.text(start, top * 1.02, label, rotation=90, fontsize=6, va="bottom", ha="left")
+        ax.set_xlim(0, end_s)
+        ax.set_ylim(0, top * (1.6 if ax is top_ax else 1.1))
+        ax.set_ylabel(f"{what} {unit}")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
+    bottom_ax.set_xlabel("seconds since the workload started")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

@@ -162,3 +162,41 @@ async def test_a_restart_from_its_checkpoint_indexes_again_what_the_torn_file_he
         assert states(group)[victim].index.query("T", "k3", 10) != []
         restarted, kept = derived_files(tmp_path / victim), derived_files(tmp_path / leader)
     assert restarted == kept
+
+
+async def test_a_checkpoint_ahead_of_a_log_that_lost_its_tail_rebuilds_instead_of_failing(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Under ASYNC_FLUSH the derived files' checkpoint may record entries the log had not
+    synced; a crash that loses that tail (the broker chaos run's disk-tail fault) left a replica
+    that could not start ("index N is not in the log"). It rebuilds its derived files from what
+    the log holds, fetches the rest from the leader, and ends with the same files."""
+
+    async with broker_group(tmp_path) as group:
+        await group.append([encode_meta(Metadata.topic_op(TopicConfig("T", 2, 2)))])
+        for n in range(20):
+            await send(group, n % 2, n)
+        await wait_applied(group)
+        leader = await group.wait_for_leader()
+        victim = next(n for n in group.nodes if n != leader)
+        state = states(group)[victim]
+        state.write_checkpoint(state.checkpoint_marks())
+        applied = state.applied_index
+        group.kill(victim)
+        await group.wait_stopped(victim)
+        store = LogStore.open(
+            tmp_path / victim,
+            group.stores[victim].config,
+            group="g",
+            self_id=victim,
+        )
+        store.truncate_after(applied - 5)  # the unsynced tail, lost in the crash
+        store.close()
+        await group.start(victim)
+        for n in range(20, 30):
+            await send(group, n % 2, n)
+        await wait_applied(group)
+        for s in states(group).values():
+            s.flush()
+        restarted, kept = derived_files(tmp_path / victim), derived_files(tmp_path / leader)
+    assert restarted == kept
