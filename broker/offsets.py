@@ -60,8 +60,13 @@ class OffsetCoalescer:
             self._in_flight.update(batch)
             body = encode_meta(Metadata.offsets_op(batch.items()))
             try:
-                await self._writes.append([body], OFFSET_WRITE_TIMEOUT_S)
+                written = await self._writes.append([body], OFFSET_WRITE_TIMEOUT_S)
                 self.entries_written += 1
+                # reads answer from the in-flight table until this replica has applied the
+                # entry: between its commit and its apply the metadata still holds the old
+                # offsets, and a consumer taking the queue over would start there
+                with trio.move_on_after(OFFSET_WRITE_TIMEOUT_S):
+                    await self._state.wait_applied(written.last_index)
             except (WriteFailed, WriteUnknown) as err:
                 log.warning("consumer offsets not written (%s); kept for the next round", err)
                 for key, offset in batch.items():

@@ -41,15 +41,36 @@ async def create_topic(
         "writeQueueNums": str(queues),
         "perm": "6",
     }
+    request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
     for group in cluster.groups:
-        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
-        response = await instance.request(cluster.broker_addresses(group)[0], request, 10.0)
-        assert response.code == ResponseCode.SUCCESS, response.remark
+        causes = []
+        for address in cluster.broker_addresses(group):  # any replica forwards it
+            try:
+                response = await instance.request(address, request, 10.0)
+            except TRANSPORT_FAILURES as err:
+                causes.append(f"{address}: {err!r}")
+                continue
+            assert response.code == ResponseCode.SUCCESS, response.remark
+            break
+        else:
+            raise AssertionError(f"no replica of {group} created {topic}: {causes}")
     with trio.fail_after(30):
         while True:
             route = await instance.refresh(topic, force=True)
             if route is not None and len(route.read_queues()) == queues * len(cluster.groups):
                 return route.read_queues()
+            await trio.sleep(0.1)
+
+
+async def restart(cluster: LocalCluster, name: str, timeout_s: float = 60.0) -> None:
+    """Start a killed process again and return once it answers (the next test needs it)."""
+    cluster.start(name)
+    await wait_answering(cluster, name, timeout_s)
+
+
+async def wait_answering(cluster: LocalCluster, name: str, timeout_s: float = 60.0) -> None:
+    with trio.fail_after(timeout_s):
+        while await trio.to_thread.run_sync(cluster.runtime_info, name) is None:
             await trio.sleep(0.1)
 
 

@@ -12,7 +12,7 @@ import trio
 from broker.localcluster import LocalCluster
 from client.instance import open_instance
 from client.pull_consumer import AsyncPullConsumer, PullConsumer, PullStatus
-from tests.client.cluster_tools import create_topic, send
+from tests.client.cluster_tools import create_topic, restart, send
 
 GROUP = "cg_pull"
 
@@ -140,4 +140,4 @@ async def test_a_pull_goes_on_at_another_replica_when_the_master_dies(
                     offset = more.next_begin_offset
             assert bodies == [f"f{i}".encode() for i in range(5)]
         finally:
-            live_cluster.start(victim)
+            await restart(live_cluster, victim)

@@ -11,7 +11,7 @@ from broker.localcluster import LocalCluster
 from client.instance import open_instance
 from client.message import MessageQueue
 from client.push_consumer import AsyncPushConsumer
-from tests.client.cluster_tools import Sent, create_topic, send
+from tests.client.cluster_tools import Sent, create_topic, send, wait_answering
 from tests.client.consuming import Delivery, Recorder, partition, started, wait_for
 from tests.client.test_push_consumer import assert_one_at_a_time, run_member
 
@@ -72,6 +72,7 @@ async def test_orderly_consumption_keeps_queue_order_through_a_leader_kill(
             expected = {s.uniq_key for q in queues for s in sent[q]}
             await wait_for(lambda: recorder.unique() >= expected, CONSUME_S, "every message")
             done_s = trio.current_time() - killed_at
+            await wait_answering(live_cluster, victim)  # whole again for the next test
             for event in leave:
                 event.set()
 
