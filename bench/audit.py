@@ -19,7 +19,8 @@ main comparison and, for the memory comparison, group g1 again with small segmen
              auditing g1 with large and with small segments: flat means bounded tasks
   history    the same audit with --history: a synthetic chaos history (an invoke and an ok
              line per entry, the value its body) acknowledging every entry, and its ratio to
-             the audit without (audit_with_history_to_without)
+             the audit without (audit_with_history_to_without); with --history-rounds N,
+             N such pairs back to back and the median of their ratios
   digest     the reader's worker CPU per entry with and without the SHA-256 of each body
              that agreement compares (one task of 2^18 entries, process time), and the
              candidate digests per 1 KiB and per 40-byte body (docs/decisions.md)
@@ -236,17 +237,29 @@ def write_history(path: Path, entries: int) -> float:
     return time.perf_counter() - began
 
 
-def run_history(cache: Path, root: Path, entries: int, master: str) -> dict[str, Any]:
-    """The audit without and then with a history acknowledging every entry, back to back."""
+def run_history(
+    cache: Path, root: Path, entries: int, master: str, rounds: int = 1
+) -> dict[str, Any]:
+    """The audit without and then with a history acknowledging every entry, back to back,
+    `rounds` times (each run after a `cat` of the stores); the first pair in full, every
+    pair's wall times, and the median of their ratios."""
     history_path = cache / f"history-e{entries}.jsonl"
     result: dict[str, Any] = {"write_s": round(write_history(history_path, entries), 1)}
     result["bytes"] = history_path.stat().st_size
-    cat(root)  # the history's writing may have pushed the stores out of the page cache
-    result["audit_without"] = run_audit([root], master)
-    result["audit_with"] = run_audit([root], master, history_path)
-    result["audit_with_history_to_without"] = round(
-        result["audit_with"]["wall_s"] / result["audit_without"]["wall_s"], 2
-    )
+    pairs: list[dict[str, float]] = []
+    for _ in range(rounds):
+        cat(root)  # the history's writing may have pushed the stores out of the page cache
+        without = run_audit([root], master)
+        cat(root)
+        with_history = run_audit([root], master, history_path)
+        if not pairs:
+            result["audit_without"], result["audit_with"] = without, with_history
+        ratio = round(with_history["wall_s"] / without["wall_s"], 2)
+        pairs.append({"without_s": without["wall_s"], "with_s": with_history["wall_s"],
+                      "ratio": ratio})  # fmt: skip
+    result["audit_with_history_to_without"] = pairs[0]["ratio"]
+    result["rounds"] = pairs
+    result["median_ratio"] = statistics.median(p["ratio"] for p in pairs)
     return result
 
 
@@ -424,6 +437,10 @@ def main() -> None:
         "--no-history", action="store_true", help="skip the audit with a history (and writing it)"
     )
     parser.add_argument(
+        "--history-rounds", type=int, default=1, metavar="N",
+        help="audits without and with the history, back to back, N times (median ratio)",
+    )  # fmt: skip
+    parser.add_argument(
         "--history-only",
         action="store_true",
         help="only the audits without and with a history, and the digest costs "
@@ -459,7 +476,9 @@ def main() -> None:
     result["jvm_archive"] = prepare_jvm_archive()
     print("jvm archive", result["jvm_archive"])
     if args.history_only:
-        result["history"] = run_history(args.cache, main_root, entries, args.master)
+        result["history"] = run_history(
+            args.cache, main_root, entries, args.master, args.history_rounds
+        )
         print("history", result["history"])
         result["digest"] = digest_costs(main_root)
         print("digest", result["digest"])
@@ -478,7 +497,9 @@ def main() -> None:
         result["audit_without_jvm_archive"] = run_audit([main_root], args.master)
     print("audit without the JVM class archive", result["audit_without_jvm_archive"])
     if not args.no_history:
-        result["history"] = run_history(args.cache, main_root, entries, args.master)
+        result["history"] = run_history(
+            args.cache, main_root, entries, args.master, args.history_rounds
+        )
         print("history", result["history"])
     result["digest"] = digest_costs(main_root)
     print("digest", result["digest"])

@@ -63,23 +63,27 @@ def map_tasks(
     schema: pa.Schema,
     body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     out_schema: pa.Schema,
+    *,
+    packs: Sequence[Sequence[int]] | None = None,
 ) -> DataFrame:
-    """`body` as a mapInArrow over the task `rows` (tuples in `schema` order), one Spark task
-    per row: a range of one id per partition, each id turned back into its row in the task.
+    """`body` as a mapInArrow over the task `rows` (tuples in `schema` order): one Spark task
+    per row, or with `packs`, one per pack (the numbers of the rows it runs, in order). A range
+    of one id per partition, each id turned back into its rows in the task.
 
     The rows travel inside the pickled function, which Spark ships once per stage. A join of
     the range with the rows as a broadcast LocalRelation cost a broadcast job and ~0.5 s more
     planning on a cold JVM; parallelize() ran a Python worker per task to pickle its row
     first (the audit's first job started ~1.5 s later that way)."""
-    ids = spark.range(0, len(rows), 1, max(1, len(rows)))
+    packs = [[k] for k in range(len(rows))] if packs is None else packs
+    ids = spark.range(0, len(packs), 1, max(1, len(packs)))
+    packed = [[tuple(rows[k]) for k in pack] for pack in packs]
     return ids.mapInArrow(
-        functools.partial(_run_on_rows, [tuple(row) for row in rows], schema, body),
-        from_arrow_schema(out_schema),
+        functools.partial(_run_on_rows, packed, schema, body), from_arrow_schema(out_schema)
     )
 
 
 def _run_on_rows(
-    rows: list[tuple[Any, ...]],
+    packs: list[list[tuple[Any, ...]]],
     schema: pa.Schema,
     body: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
     batches: Iterator[pa.RecordBatch],
@@ -88,7 +92,7 @@ def _run_on_rows(
 
     def picked() -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            chosen = [rows[i] for i in batch.column(0).to_pylist()]
+            chosen = [row for i in batch.column(0).to_pylist() for row in packs[i]]
             yield pa.RecordBatch.from_arrays(_columns(chosen, schema), schema=schema)
 
     yield from body(picked())

@@ -259,7 +259,28 @@ def entries(
         return frames.empty(spark, ENTRY_SCHEMA)
     by_name = {r.key: r for r in replicas}
     body = functools.partial(read_tasks, by_name)
-    return frames.map_tasks(spark, tasks, TASK_SCHEMA, body, ENTRY_SCHEMA)
+    packs = pack([t[3] - t[2] for t in tasks], spark.sparkContext.defaultParallelism)
+    return frames.map_tasks(spark, tasks, TASK_SCHEMA, body, ENTRY_SCHEMA, packs=packs)
+
+
+def pack(slots: Sequence[int], parallelism: int) -> list[list[int]]:
+    """The read tasks (their slot counts, in plan order) packed into Spark tasks: runs of
+    consecutive tasks of at most min(TASK_RECORDS_MAX, all slots / parallelism) slots, so
+    there are at least `parallelism` packs where there are as many tasks, and none holds more
+    than TASK_RECORDS_MAX slots unless one task does. Large tasks keep a Spark task each; the
+    small ranges of a store with a few broken chunks on many replicas share a few, and every
+    scan of the cached entries (each check's) then runs a few Spark tasks, not one per range
+    (docs/decisions.md)."""
+    limit = min(TASK_RECORDS_MAX, -(-sum(slots) // max(1, parallelism)))
+    packs: list[list[int]] = []
+    held = limit  # slots in the last pack: none yet, so the first task starts one
+    for k, n in enumerate(slots):
+        if held + n > limit:
+            packs.append([])
+            held = 0
+        packs[-1].append(k)
+        held += n
+    return packs
 
 
 HEAD_SCHEMA = pa.schema(

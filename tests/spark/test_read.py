@@ -86,3 +86,12 @@ def test_the_whole_run_check_reads_what_the_entry_by_entry_check_reads(
         "header": ([9], []),
         "body": ([], [9]),
     }[damage]
+
+
+def test_small_read_tasks_share_a_spark_task_and_large_ones_keep_their_own() -> None:
+    big = read.TASK_RECORDS_MAX
+    assert read.pack([60] * 66, 1) == [list(range(66))]  # a test store: one Spark task
+    assert read.pack([10] * 10, 2) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]  # both cores
+    assert read.pack([big, big, 60, 60, big], 2) == [[0], [1], [2, 3], [4]]
+    assert read.pack([big // 2] * 4, 1) == [[0, 1], [2, 3]]  # none over TASK_RECORDS_MAX
+    assert read.pack([5], 8) == [[0]]

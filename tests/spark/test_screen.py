@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from pyspark.sql import SparkSession
 
@@ -170,14 +171,43 @@ def findings(
     return outcome, examples
 
 
+@attrs.frozen
+class BothWays:
+    """One store set audited with the screen and without it (every entry read in detail)."""
+
+    screened: job.Outcome
+    with_screen: list[Any]  # the examples, sorted
+    full: job.Outcome
+    without: list[Any]
+
+
+@pytest.fixture(scope="module")
+def both_ways(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> BothWays:
+    """Every fault the checks know, one group each, twelve random byte flips, a group whose
+    every replica holds the same forged body, and a history acknowledging the appends of four
+    groups, one append never written and one without an index: audited both ways once, for
+    the tests below (a whole audit costs ~20-40 s here, nearly all of it Spark planning and
+    running the checks' stages, whatever the store's size)."""
+    root = tmp_path_factory.mktemp("both-ways")
+    write_fault_groups(root / "stores", range(12))
+    for store in write_group(root / "stores", "forged-all", N).values():  # all agree
+        stores.forge_body(store, 20, b"FORGED BY HAND")
+    write_group(root / "stores", "acked", N)
+    acks: list[stores.Ack] = [
+        (g, i, payload(g, i).decode(), i % 3, i)
+        for g in ("acked", "forged-all", "corrupt", "divergent")
+        for i in range(1, N + 1)
+    ]
+    acks += [("acked", N + 1, "never written", 0, 1), ("acked", None, "no index", 1, 1)]
+    acked = history.read_acked(str(stores.write_history(root / "history.jsonl", acks)))
+    screened, with_screen = findings(spark, root / "stores", root / "a", BITS, acked)
+    full, without = findings(spark, root / "stores", root / "b", None, acked)
+    return BothWays(screened, with_screen, full, without)
+
+
 @pytest.mark.spark
-@pytest.mark.slow  # 2-4 min each (two whole audits); in `./dev.sh soak`, out of the default run
-def test_the_job_finds_the_same_with_and_without_screening(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    write_fault_groups(tmp_path / "stores", range(12))
-    screened, with_screen = findings(spark, tmp_path / "stores", tmp_path / "a", BITS)
-    full, without = findings(spark, tmp_path / "stores", tmp_path / "b", None)
+def test_the_job_finds_the_same_with_and_without_screening(both_ways: BothWays) -> None:
+    screened, with_screen, full, without = attrs.astuple(both_ways, recurse=False)
     assert with_screen == without
     assert screened.counts == full.counts
     assert sorted(screened.spans, key=str) == sorted(full.spans, key=str)
@@ -219,27 +249,13 @@ def test_a_store_with_every_chunk_plain_still_gets_the_findings_of_its_facts(
 
 
 @pytest.mark.spark
-@pytest.mark.slow  # 2-4 min each (two whole audits); in `./dev.sh soak`, out of the default run
 def test_the_history_check_finds_the_same_with_and_without_screening(
-    spark: SparkSession, tmp_path: Path
+    both_ways: BothWays,
 ) -> None:
     """The screen compares acknowledged values' digests in plain chunks; the rest go to the
     Spark check. Both ways must find the same missing appends, named the same way."""
-    root = tmp_path / "stores"
-    write_fault_groups(root, range(0))
-    for store in write_group(root, "forged-all", N).values():  # every replica: they agree
-        stores.forge_body(store, 20, b"FORGED BY HAND")
-    acks: list[stores.Ack] = [
-        (g, i, payload(g, i).decode(), i % 3, i)
-        for g in ("clean", "forged-all", "corrupt", "divergent")
-        for i in range(1, N + 1)
-    ]
-    acks += [("clean", N + 1, "never written", 0, 1), ("clean", None, "no index", 1, 1)]
-    acked = history.read_acked(str(stores.write_history(tmp_path / "history.jsonl", acks)))
-    screened, with_screen = findings(spark, root, tmp_path / "a", BITS, acked)
-    full, without = findings(spark, root, tmp_path / "b", None, acked)
-    assert with_screen == without
-    assert screened.counts == full.counts
+    with_screen = both_ways.with_screen
+    assert with_screen == both_ways.without
     missing = {
         (dict(e)["group"], dict(e)["index"])
         for e in with_screen
@@ -247,7 +263,7 @@ def test_the_history_check_finds_the_same_with_and_without_screening(
     }
     assert missing == {
         ("forged-all", 20),
-        ("clean", N + 1),
+        ("acked", N + 1),
     }  # a divergent or corrupt copy is outvoted
     forged = next(
         dict(e)
@@ -258,6 +274,8 @@ def test_the_history_check_finds_the_same_with_and_without_screening(
         forged["replica"] == "n0"
         and "n0, n1, n2 hold another body there: b'FORGED BY HAND" in forged["detail"]
     )
+    unchecked = [dict(e) for e in with_screen if dict(e)["kind"] == "unchecked_append"]
+    assert [(e["group"], e["count"]) for e in unchecked] == [("acked", 1)]
 
 
 def test_an_os_error_while_screening_marks_the_chunk_failed(
