@@ -87,9 +87,15 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
     if spark is None:
         try:
             spark = session.start(args.master)
-        except PySparkRuntimeError as err:  # no java, a bad JAVA_HOME, a JVM that will not start
-            if reading is not None:
-                reading.close()
+        except (PySparkRuntimeError, session.SessionInUse) as err:
+            # no java, a bad JAVA_HOME, a JVM that will not start: an unreadable history, read
+            # meanwhile, is still the first thing to tell
+            try:
+                if reading is not None:
+                    reading.result()
+            except layout.InputUnreadable as unreadable:
+                print(f"dledger-audit: unreadable input: {unreadable}", file=sys.stderr)
+                return report.EXIT_UNREADABLE
             print(f"dledger-audit: cannot start Spark ({args.master}): {err}", file=sys.stderr)
             return report.EXIT_UNREADABLE
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from spark import jvm_archive
@@ -27,6 +28,10 @@ JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
 PAGE_SIZE_DEFAULT = "2m"
 
 
+class SessionInUse(RuntimeError):
+    """start() was called while this process already runs a SparkSession."""
+
+
 def start(
     master: str,
     *,
@@ -36,9 +41,14 @@ def start(
     extra: dict[str, str] | None = None,
     archive_options: str | None = None,
 ) -> SparkSession:
-    """A SparkSession bound to 127.0.0.1 with the UI off; reuses none left by others. The
-    driver maps the JVM class archive (spark/jvm_archive.py) if there is one, or takes
-    `archive_options` instead."""
+    """A new SparkSession bound to 127.0.0.1 with the UI off. The driver maps the JVM class
+    archive (spark/jvm_archive.py) if there is one, or takes `archive_options` instead.
+
+    Refuses (SessionInUse) when this process already runs one: getOrCreate would hand that
+    one back with none of this configuration, and the caller, thinking it its own, would
+    stop it under its real owner."""
+    if SparkContext._active_spark_context is not None:
+        raise SessionInUse("a SparkSession is already running in this process")
     if archive_options is None:
         archive_options = jvm_archive.use_options(JVM_OPTIONS)
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # the launcher and any UI bind here
