@@ -70,6 +70,8 @@ BROKER_SCENARIOS: dict[str, tuple[str, ...]] = {
     "leader-transfer": ("transfer-leader",),
     # a leader kill and a partition of the leader, in turn: the default test's short run
     "mixed": ("kill-leader", "partition-leader"),
+    # every way a leader goes away, in turn: what the producer's failover time is measured on
+    "failover": ("kill-leader", "partition-leader", "pause-leader"),
     "random": tuple(FAULTS),
 }
 DRAWN = frozenset({"random"})
