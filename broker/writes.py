@@ -10,7 +10,8 @@ Every write is answered within its deadline, and sooner when waiting longer cann
   that hands over to a known successor (a transfer, a higher term heard) keeps waiting: the
   successor's commit reaches it within milliseconds;
 - a write forwarded to the leader is abandoned once this replica learns of another leader
-  (the one it forwarded to was paused or cut off and replaced).
+  (the one it forwarded to was paused or cut off and replaced), or has known none for
+  LEADERLESS_WAIT_S (it lost that leader too).
 Both end as WriteUnknown: the entry may still commit, so the client is told the outcome is
 unknown (the UNIQ_KEY dedupes a resend), never that it failed.
 """
@@ -115,7 +116,7 @@ class WritePath:
             index = await self._until_given_up(
                 self.client.append(list(bodies), timeout=deadline - trio.current_time()),
                 deadline,
-                lambda: self._leader_replaced(leader),
+                lambda: self._forward_hopeless(leader),
             )
         except AppendFailed as err:
             raise WriteFailed(str(err)) from err
@@ -164,6 +165,19 @@ class WritePath:
                     await node.wait_role_change()
                 continue
             return
+
+    async def _forward_hopeless(self, leader: str | None) -> None:
+        """Returns once this replica knows another leader than the one it forwarded to, or
+        has known none for LEADERLESS_WAIT_S (it lost that leader and no successor reached
+        it yet: the forward's answer is unlikely to come before the client gives up)."""
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, lambda: self._leader_replaced(leader))
+            nursery.start_soon(first, self._leaderless_too_long)
 
     async def _leader_replaced(self, leader: str | None) -> None:
         """Returns once this replica knows a leader other than `leader`."""
