@@ -14,8 +14,9 @@ three ways, and the difference is what the application is told in the end:
   is unknown.
 
 No request waits for its answer longer than the send's RequestBudget (limits.REQUEST_S_FIRST to
-begin with, doubled each time a request runs out of it): a master that is paused, cut off or
-deposed without knowing it yet costs that much, and the next replica takes the write. An
+begin with, doubled each time a request runs out of it, and at least three times the group's
+slowest recent answer): a master that is paused, cut off or deposed without knowing it yet
+costs that much, and the next replica takes the write. An
 address that failed is tried after the others for a while (FaultTracker.replica_order).
 
 `send_error` turns the failures of every attempt of a send into the exception it raises:
@@ -79,6 +80,10 @@ class RequestBudget:
 
     def ran_out(self) -> None:
         self.wait_s *= 2
+
+    def wait_for_s(self, slow_answer_s: float) -> float:
+        """The wait of a request to a group whose slowest recent answer took `slow_answer_s`."""
+        return max(self.wait_s, limits.REQUEST_LATENCY_FACTOR * slow_answer_s)
 
 
 @attrs.frozen
@@ -193,7 +198,10 @@ async def attempt(
                 tuple(failures),
                 note=f"the send timeout ran out before {address} was tried",
             )
-        wait_s = left_s if budget is None else min(left_s, budget.wait_s)
+        wait_s = left_s
+        if budget is not None:
+            slow_s = 0.0 if tracker is None else tracker.slow_answer_s(queue.broker_name)
+            wait_s = min(left_s, budget.wait_for_s(slow_s))
         started = trio.current_time()
         answer = await request_once(
             instance,
@@ -216,7 +224,7 @@ async def attempt(
         if tracker is not None and (failure.code is None or failure.code in RETRYABLE_CODES):
             tracker.address_failed(address)  # not for a refusal of the message itself
         if failure.timed_out and budget is not None and wait_s < left_s:
-            budget.ran_out()
+            budget.ran_out()  # (a request given more for its group's slowness counts the same)
         if failure.code is not None and failure.code not in RETRYABLE_CODES:
             raise GroupFailure(queue.broker_name, tuple(failures), final=True)
     raise GroupFailure(queue.broker_name, tuple(failures))

@@ -4,7 +4,9 @@
 Broker groups: every answer records its latency against the broker group (broker name) that gave it; a slow
 answer makes the producer avoid the group for a time that grows with the latency
 (limits.LATENCY_STEPS_S -> limits.AVOID_STEPS_S), a failure (no answer, a refusal) for
-limits.FAILURE_AVOID_S, and a quick answer ends the avoidance at once. The queue picker
+limits.FAILURE_AVOID_S, and a quick answer ends the avoidance at once. The slowest recent
+answer of each group (`slow_answer_s`, decaying) lets a send give a slow group's requests more
+time than a quiet group's. The queue picker
 (client/selectors.py) skips avoided groups while another is left, and otherwise takes the
 group whose avoidance ends first.
 
@@ -37,14 +39,27 @@ class FaultTracker:
         self._clock = clock
         self._avoid_until: dict[str, float] = {}  # broker name -> clock time
         self._address_avoid_until: dict[str, float] = {}  # replica address -> clock time
+        self._slowest: dict[str, tuple[float, float]] = {}  # broker name -> (latency_s, when)
 
     def answered(self, broker_name: str, latency_s: float) -> None:
         """An answer (a stored message) came back from the group after `latency_s`."""
+        now = self._clock()
+        if latency_s >= self.slow_answer_s(broker_name):
+            self._slowest[broker_name] = (latency_s, now)
         avoid = avoid_for_s(latency_s)
         if avoid > 0:
             self._avoid_until[broker_name] = self._clock() + avoid
         else:
             self._avoid_until.pop(broker_name, None)
+
+    def slow_answer_s(self, broker_name: str) -> float:
+        """The group's slowest recent answer: the slowest seen, halved every
+        limits.LATENCY_HALF_LIFE_S since (0 when none)."""
+        seen = self._slowest.get(broker_name)
+        if seen is None:
+            return 0.0
+        latency_s, at = seen
+        return float(latency_s * 0.5 ** ((self._clock() - at) / limits.LATENCY_HALF_LIFE_S))
 
     def failed(self, broker_name: str) -> None:
         """The group refused, was unreachable, or did not answer in time."""

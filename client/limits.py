@@ -32,6 +32,11 @@ SAME_GROUP_BACKOFF_S_MAX = 0.25
 # so a group that is merely slow still answers within the send timeout.
 REQUEST_S_FIRST = 0.5
 REQUEST_S_PER_MIB = 0.25
+# A group that answers slowly while it works (a saturated broker, say) gets longer: at least
+# REQUEST_LATENCY_FACTOR times its slowest recent answer, which halves every
+# LATENCY_HALF_LIFE_S, so load does not turn into requests abandoned and sent again elsewhere.
+REQUEST_LATENCY_FACTOR = 3.0
+LATENCY_HALF_LIFE_S = 10.0
 # An answer from a replica that forwarded the write (our broker's raftForwarded) says the route
 # names an old master: the route is asked for again, at most this often per topic (a client cut
 # off from the leader alone gets such answers for as long as the cut lasts).

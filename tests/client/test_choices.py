@@ -154,6 +154,19 @@ class TestFaultTracker:
         clock.now += limits.ADDRESS_AVOID_S
         assert tracker.replica_order(route) == route
 
+    def test_the_slowest_recent_answer_halves_every_half_life(self) -> None:
+        clock = Clock()
+        tracker = FaultTracker(clock)
+        assert tracker.slow_answer_s("broker-a") == 0.0
+        tracker.answered("broker-a", 0.8)
+        tracker.answered("broker-a", 0.1)  # a quicker answer does not hide the slow one
+        assert tracker.slow_answer_s("broker-a") == pytest.approx(0.8)
+        clock.now += limits.LATENCY_HALF_LIFE_S
+        assert tracker.slow_answer_s("broker-a") == pytest.approx(0.4)
+        tracker.answered("broker-a", 0.5)
+        assert tracker.slow_answer_s("broker-a") == pytest.approx(0.5)
+        assert tracker.slow_answer_s("broker-b") == 0.0
+
     def test_least_avoided_is_the_one_free_first(self) -> None:
         clock = Clock()
         tracker = FaultTracker(clock)

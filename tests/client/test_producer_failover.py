@@ -108,6 +108,22 @@ async def test_a_slow_group_still_stores_within_the_send_timeout() -> None:
         assert {s.properties[props.UNIQ_KEY] for s in replica.stored} == {result.msg_id}
 
 
+async def test_a_group_that_answered_slowly_is_given_more_time_at_once() -> None:
+    """After a 0.7 s answer the group's requests wait three times that from the first: the
+    next sends are stored by one request each, none abandoned and sent again."""
+    async with (
+        fake_cluster({"broker-a": 1}, topics={"T": 4}) as cluster,
+        producer(cluster) as p,
+    ):
+        replica = cluster.replica("broker-a", 0)
+        replica.mode, replica.delay_s = Mode.SLOW, 0.7
+        await p.send(Message("T", b"x"))
+        assert len(replica.requests) == 2  # the first send learnt it the hard way
+        for _ in range(2):
+            await p.send(Message("T", b"y"))
+        assert len(replica.requests) == 4
+
+
 async def test_a_forwarded_answer_refreshes_the_route_at_most_every_so_often() -> None:
     """Answers of a replica that forwarded the write (raftForwarded) say the route names an old
     master: the route is asked for again at once, and no more often than FORWARDED_REFRESH_S
