@@ -36,7 +36,7 @@ REQUEST_S_PER_MIB = 0.25
 # REQUEST_LATENCY_FACTOR times its slowest recent answer, which halves every
 # LATENCY_HALF_LIFE_S, so load does not turn into requests abandoned and sent again elsewhere.
 REQUEST_LATENCY_FACTOR = 3.0
-LATENCY_HALF_LIFE_S = 10.0
+LATENCY_HALF_LIFE_S = 2.0  # a fault's one slow answer is forgotten by the next fault
 # An answer from a replica that forwarded the write (our broker's raftForwarded) says the route
 # names an old master: the route is asked for again, at most this often per topic (a client cut
 # off from the leader alone gets such answers for as long as the cut lasts).
