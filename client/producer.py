@@ -11,9 +11,9 @@ second to begin with; client/attempts.py); when it fails, the route is refreshed
 namesrvs at once (in the background) and the next attempt goes to another group when there is
 one, up to 1 + retry_times attempts within the send timeout. The route is refreshed too when a
 replica failed before another stored the message, or when the answer came from a replica that
-forwarded the write to its leader (the route names an old master). An ordered send (`selector=`) never leaves
-its queue: it tries the queue's group again, through any replica, until the group has a leader
-again or the timeout ends. A topic no namesrv knows is sent with TBW102's route, so the broker
+forwarded the write to its leader (the route names an old master). An ordered send
+(`selector=`) never leaves its queue: it tries the queue's group again, through any replica,
+until the group has a leader again or the timeout ends. A topic no namesrv knows is sent with TBW102's route, so the broker
 creates it (the RocketMQ way); its own route is asked for again after the first send.
 
 What a send ends with: a SendResult (SEND_OK, or a "stored, not durable enough" status, never
