@@ -279,6 +279,7 @@ async def _send(
         queue_id=queue_id,
         queue_offset=placed[0].queue_offset,
         transaction_id=uniq.decode(errors="replace") if uniq else None,
+        raft_forwarded=None if written.through_leader else True,
     ).encode()
     response["MSG_REGION"] = "DefaultRegion"
     response["TRACE_ON"] = "true"

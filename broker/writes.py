@@ -2,12 +2,25 @@
 forwarded to the leader as a dledger client append (its peer port), so a client holding a
 stale route keeps working. While no leader exists a write waits within its deadline, then
 fails as a 4.x slave would (SERVICE_NOT_AVAILABLE).
+
+Every write is answered within its deadline, and sooner when waiting longer cannot help:
+- a write proposed here as leader waits for its commit until the deadline, or until this
+  replica has known no leader for LEADERLESS_WAIT_S (check-quorum deposed it: it is cut off
+  from its peers, and nothing it proposed can commit before the partition heals). A leader
+  that hands over to a known successor (a transfer, a higher term heard) keeps waiting: the
+  successor's commit reaches it within milliseconds;
+- a write forwarded to the leader is abandoned once this replica learns of another leader
+  (the one it forwarded to was paused or cut off and replaced), or has known none for
+  LEADERLESS_WAIT_S (it lost that leader too).
+Both end as WriteUnknown: the entry may still commit, so the client is told the outcome is
+unknown (the UNIQ_KEY dedupes a resend), never that it failed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import attrs
 import trio
@@ -20,6 +33,14 @@ log = logging.getLogger("broker.writes")
 
 RETRY_SLEEP_S = 0.005  # a leader refusing while it catches up, or a transfer: ask again soon
 RETRYABLE = frozenset({Status.BUSY, Status.TRANSFERRING, Status.NOT_LEADER, Status.SHUTTING_DOWN})
+# A write proposed here is given up (outcome unknown) once this replica has known no leader for
+# this long: it lost its quorum (check-quorum stepped it down) or the election after it is
+# still going on, and its commit cannot come before a new leader reaches it. Longer than the
+# gap between a leader stepping down for a higher term and hearing its successor, which takes
+# one AppendEntries (milliseconds), so a leadership transfer still answers SEND_OK.
+LEADERLESS_WAIT_S = 0.1
+
+T = TypeVar("T")
 
 
 @attrs.define
@@ -60,7 +81,11 @@ class WritePath:
         while True:
             node = self.node
             if node.accepting_appends:
-                reply = await node.append(bodies)
+                reply = await self._until_given_up(
+                    node.append(bodies), deadline, self._leaderless_too_long
+                )
+                if reply is None:
+                    raise WriteUnknown(self._why_given_up(deadline, "committed"))
                 if reply.status is Status.OK:
                     return Written(reply.last_index, True)
                 if reply.status is Status.OUTCOME_UNKNOWN:
@@ -79,13 +104,94 @@ class WritePath:
             remaining = deadline - trio.current_time()
             if remaining <= 0:
                 raise WriteFailed("no leader elected within the timeout")
-            self.forwarded += 1
-            try:
-                index = await self.client.append(list(bodies), timeout=remaining)
-            except AppendFailed as err:
-                raise WriteFailed(str(err)) from err
-            except OutcomeUnknown as err:
-                raise WriteUnknown(str(err)) from err
-            except ClientError as err:
-                raise WriteUnknown(str(err)) from err
-            return Written(index, False)
+            return await self._forward(bodies, deadline)
+
+    async def _forward(self, bodies: Sequence[bytes], deadline: float) -> Written:
+        node = self.node
+        leader = node.leader
+        if leader is not None:
+            self.client.follow(leader)  # the client's own guess may be an older leader
+        self.forwarded += 1
+        try:
+            index = await self._until_given_up(
+                self.client.append(list(bodies), timeout=deadline - trio.current_time()),
+                deadline,
+                lambda: self._forward_hopeless(leader),
+            )
+        except AppendFailed as err:
+            raise WriteFailed(str(err)) from err
+        except OutcomeUnknown as err:
+            raise WriteUnknown(str(err)) from err
+        except ClientError as err:
+            raise WriteUnknown(str(err)) from err
+        if index is None:
+            raise WriteUnknown(self._why_given_up(deadline, f"answered by {leader}"))
+        return Written(index, False)
+
+    async def _until_given_up(
+        self,
+        waiting: Awaitable[T],
+        deadline: float,
+        give_up: Callable[[], Awaitable[None]],
+    ) -> T | None:
+        """What `waiting` returns, or None at the deadline or once `give_up` returns."""
+        result: list[T] = []
+        raised: list[Exception] = []
+        async with trio.open_nursery() as nursery:
+
+            async def wait() -> None:
+                try:
+                    result.append(await waiting)
+                except Exception as err:  # raised below, outside the nursery (no group)
+                    raised.append(err)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+            with trio.move_on_at(deadline):
+                await give_up()
+            nursery.cancel_scope.cancel()
+        if raised:
+            raise raised[0]
+        return result[0] if result else None
+
+    async def _leaderless_too_long(self) -> None:
+        """Returns once this replica has known no leader for LEADERLESS_WAIT_S."""
+        node = self.node
+        while True:
+            while node.leader is not None:
+                await node.wait_role_change()
+            with trio.move_on_after(LEADERLESS_WAIT_S):
+                while node.leader is None:
+                    await node.wait_role_change()
+                continue
+            return
+
+    async def _forward_hopeless(self, leader: str | None) -> None:
+        """Returns once this replica knows another leader than the one it forwarded to, or
+        has known none for LEADERLESS_WAIT_S (it lost that leader and no successor reached
+        it yet: the forward's answer is unlikely to come before the client gives up)."""
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(first, lambda: self._leader_replaced(leader))
+            nursery.start_soon(first, self._leaderless_too_long)
+
+    async def _leader_replaced(self, leader: str | None) -> None:
+        """Returns once this replica knows a leader other than `leader`."""
+        node = self.node
+        while node.leader is None or node.leader == leader:
+            await node.wait_role_change()
+
+    def _why_given_up(self, deadline: float, waited_for: str) -> str:
+        node = self.node
+        if trio.current_time() >= deadline:
+            return f"not {waited_for} before the write's deadline"
+        if node.leader is None:
+            return (
+                f"not {waited_for}: {node.config.self_id} has known no leader for "
+                f"{LEADERLESS_WAIT_S} s (term {node.term}); it may still commit"
+            )
+        return f"not {waited_for}: {node.leader} leads now (term {node.term}); it may still commit"

@@ -3,6 +3,10 @@
 - A log-level fault (kill-leader, pause-follower, partition-halves, disk-tail, ...) hits the
   replicas of one broker group, drawn from the fault's seed, through the log-level nemesis
   (chaos/nemesis.py) over a GroupView: the same planners, the group named in every record.
+- client-cut-leader drops, at a group's leader, what the harness's client host sends it (the
+  workload's producers and consumers), while its peers and the name servers still reach it:
+  the route keeps naming it master, and clients must go through the other replicas, which
+  forward writes (chaos.partition.cut_client).
 - transfer-leader hands a group's leadership to one of its followers by the admin API
   (mqadmin leadershipTransfer, client/admin_leadership.py) while the workload runs.
 - kill-namesrv kills one name server; namesrvs-down kills every one of them; both restart
@@ -19,10 +23,12 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import trio
 
 from chaos.history import HistoryWriter
 from chaos.nemesis import Injection, Links, Nemesis, run_schedule
+from chaos.partition import cut_client
 from chaos.schedule import PlannedFault
 from chaos.targets.base import Crash
 from chaos.targets.broker import BrokerTarget, GroupView
@@ -51,7 +57,16 @@ class GroupNemesis(Nemesis):
 
     @property
     def _planners(self) -> dict[str, Callable[[random.Random, str | None], Injection]]:
-        return {**super()._planners, "transfer-leader": self._transfer}
+        return {
+            **super()._planners,
+            "transfer-leader": self._transfer,
+            "client-cut-leader": self._client_cut,
+        }
+
+    def _client_cut(self, rng: random.Random, leader: str | None) -> Injection:
+        cut = self._partition(cut_client(self.nodes, self._leader_or_any(rng, leader)), leader)
+        # the leader keeps its quorum, but the clients lose it until they go around it
+        return attrs.evolve(cut, leader_affected=leader is not None)
 
     def _transfer(self, rng: random.Random, leader: str | None) -> Injection:
         to = rng.choice([n for n in self.nodes if n != leader])

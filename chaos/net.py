@@ -22,7 +22,7 @@ import signal
 from collections.abc import Iterator, Sequence
 
 from chaos import commands
-from chaos.partition import Partition, drops_by_destination
+from chaos.partition import CLIENT, Partition, drops_by_destination
 
 NAME_PREFIX = "dlc"  # every namespace of a run is named dlc-<run id>-<role>
 SUBNET_PREFIX = "10.77.0"  # a /24 that exists only inside our namespaces
@@ -111,8 +111,7 @@ class Network:
         """Replace whatever partition is in force by `partition`."""
         await self.heal()
         self.partition = partition
-        for dst, srcs in drops_by_destination(partition).items():
-            rules = "".join(f"-A {CHAIN} -s {self.hosts[src]}/32 -j DROP\n" for src in srcs)
+        for dst, rules in drop_rules(partition, self.hosts, self.client_host).items():
             await self._restore(dst, f"*filter\n{rules}COMMIT\n")
 
     async def heal(self) -> None:
@@ -150,6 +149,16 @@ class Network:
                     problems.append(str(err))
         self.created = [n for n in self.created if os.path.exists(os.path.join(NETNS_DIR, n))]
         return problems
+
+
+def drop_rules(partition: Partition, hosts: dict[str, str], client_host: str) -> dict[str, str]:
+    """Per destination node, the iptables-restore lines of its DLCHAOS chain that enforce
+    `partition`: one DROP per source, a replica's address or the client host's (CLIENT)."""
+    out = {}
+    for dst, srcs in drops_by_destination(partition).items():
+        addresses = [client_host if src == CLIENT else hosts[src] for src in srcs]
+        out[dst] = "".join(f"-A {CHAIN} -s {a}/32 -j DROP\n" for a in addresses)
+    return out
 
 
 def remove_run_namespaces(run_id: str) -> tuple[list[str], list[str]]:

@@ -3,7 +3,9 @@ applied, so that planning is tested without a network and a run records exactly 
 
 A partition is a set of directed drops (src, dst): packets from src never reach dst. A full
 cut between two nodes is both directions. `chaos.net` turns each drop into one iptables rule in
-the destination's namespace. Clients are never cut off: partitions are between replicas.
+the destination's namespace. Partitions are between replicas, but for one: `cut_client` drops
+what the harness's client host (CLIENT, where the workload runs) sends one replica, while the
+replicas (and name servers) still reach each other.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import attrs
 
 Drop = tuple[str, str]  # (src, dst): packets from src are dropped on arrival at dst
+CLIENT = "client"  # the harness's client host, as a drop's source (chaos.net knows its address)
 
 
 @attrs.frozen
@@ -90,6 +93,14 @@ def one_way(nodes: Sequence[str], src: str, dsts: Sequence[str] | None = None) -
     targets = [n for n in (dsts if dsts is not None else nodes) if n != src]
     _check(nodes, [src, *targets])
     return Partition("one-way", ((src,), tuple(targets)), frozenset((src, d) for d in targets))
+
+
+def cut_client(nodes: Sequence[str], target: str) -> Partition:
+    """The clients cut off from `target` (the leader, say) while its peers still reach it:
+    what they send it is dropped on arrival, so their connections hear nothing back either.
+    The group keeps its leader; only the route the clients hold is wrong."""
+    _check(nodes, [target])
+    return Partition("client", ((target,), (CLIENT,)), frozenset({(CLIENT, target)}))
 
 
 def in_majority(partition: Partition, node: str, nodes: Sequence[str]) -> bool:

@@ -43,8 +43,13 @@ FAULTS: dict[str, FaultSpec] = {
     "kill-namesrv": FaultSpec("namesrv", (2.0, 5.0), False),
     "namesrvs-down": FaultSpec("namesrv", (3.0, 8.0), False),
     "transfer-leader": FaultSpec("transfer", (0.5, 1.0), True),
+    # the harness's clients cut off from a group's leader while its peers still see it
+    "client-cut-leader": FaultSpec("partition", (3.0, 8.0), True),
 }
-LOG_FAULTS = tuple(k for k in FAULTS if FAULTS[k].f not in ("namesrv", "transfer"))
+BROKER_ONLY_FAULTS = frozenset(
+    {"kill-namesrv", "namesrvs-down", "transfer-leader", "client-cut-leader"}
+)
+LOG_FAULTS = tuple(k for k in FAULTS if k not in BROKER_ONLY_FAULTS)
 
 SCENARIOS: dict[str, tuple[str, ...]] = {
     "leader-kill": ("kill-leader",),
@@ -68,8 +73,11 @@ BROKER_SCENARIOS: dict[str, tuple[str, ...]] = {
     "namesrv-kill": ("kill-namesrv",),
     "namesrvs-down": ("namesrvs-down",),
     "leader-transfer": ("transfer-leader",),
+    "client-cut": ("client-cut-leader",),
     # a leader kill and a partition of the leader, in turn: the default test's short run
     "mixed": ("kill-leader", "partition-leader"),
+    # every way a leader goes away, in turn: what the producer's failover time is measured on
+    "failover": ("kill-leader", "partition-leader", "pause-leader"),
     "random": tuple(FAULTS),
 }
 DRAWN = frozenset({"random"})

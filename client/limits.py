@@ -25,6 +25,22 @@ DEFAULT_TOPIC_QUEUES = 4  # defaultTopicQueueNums: queues of an auto-created top
 # the namesrv's route changes. Our groups elect in about a second.
 SAME_GROUP_BACKOFF_S_MIN = 0.02
 SAME_GROUP_BACKOFF_S_MAX = 0.25
+# One request of a send (to one replica) waits at most REQUEST_S_FIRST for its answer, plus
+# REQUEST_S_PER_MIB per MiB of body, before the send goes on to the group's next replica (each
+# forwards writes to the leader) or another group: a paused or cut-off leader then costs half a
+# second, not the whole send timeout. Each request that runs out doubles the next one's wait,
+# so a group that is merely slow still answers within the send timeout.
+REQUEST_S_FIRST = 0.5
+REQUEST_S_PER_MIB = 0.25
+# A group that answers slowly while it works (a saturated broker, say) gets longer: at least
+# REQUEST_LATENCY_FACTOR times its slowest recent answer, which halves every
+# LATENCY_HALF_LIFE_S, so load does not turn into requests abandoned and sent again elsewhere.
+REQUEST_LATENCY_FACTOR = 3.0
+LATENCY_HALF_LIFE_S = 2.0  # a fault's one slow answer is forgotten by the next fault
+# An answer from a replica that forwarded the write (our broker's raftForwarded) says the route
+# names an old master: the route is asked for again, at most this often per topic (a client cut
+# off from the leader alone gets such answers for as long as the cut lasts).
+FORWARDED_REFRESH_S = 0.5
 # After a send had a broker auto-create its topic, the producer asks the namesrvs for the new
 # route until they have it (the broker registers it after answering) or this long has passed.
 CREATED_ROUTE_WAIT_S = 30.0
@@ -53,6 +69,9 @@ AUTO_BATCH_IN_FLIGHT = 8
 LATENCY_STEPS_S = (0.05, 0.1, 0.55, 1.0, 2.0, 3.0, 15.0)
 AVOID_STEPS_S = (0.0, 0.0, 1.0, 2.0, 4.0, 6.0, 30.0)
 FAILURE_AVOID_S = 5.0
+# A replica address that failed a request (no connection, no answer, a refusal) is tried after
+# the group's other replicas for this long; an answer from it ends that at once.
+ADDRESS_AVOID_S = 5.0
 
 assert MESSAGE_BODY_BYTES_MAX <= remoting_limits.MESSAGE_BODY_BYTES_MAX
 assert BATCH_BYTES_MAX + 64 * KiB <= remoting_limits.FRAME_BYTES_MAX  # a batch fits one frame
@@ -60,4 +79,6 @@ assert len(LATENCY_STEPS_S) == len(AVOID_STEPS_S)
 assert list(LATENCY_STEPS_S) == sorted(LATENCY_STEPS_S)
 assert list(AVOID_STEPS_S) == sorted(AVOID_STEPS_S)
 assert SAME_GROUP_BACKOFF_S_MAX < SEND_TIMEOUT_S_DEFAULT  # a waiting send tries more than once
+# a send of the default timeout tries a paused master and then at least two more replicas
+assert REQUEST_S_FIRST + 2 * REQUEST_S_FIRST < SEND_TIMEOUT_S_DEFAULT
 assert ASYNC_SEND_BYTES_MAX >= MESSAGE_BODY_BYTES_MAX  # the largest message fits alone

@@ -6,11 +6,14 @@ everything else, one implementation.
 
 A send goes to a write queue picked in turn among the topic's broker groups, skipping groups
 the fault tracker avoids (client/fault.py). An attempt on a group tries its replicas, master
-first (client/attempts.py); when it fails, the route is refreshed from the namesrvs at once
-(in the background) and the next attempt goes to another group when there is one, up to
-1 + retry_times attempts within the send timeout. An ordered send (`selector=`) never leaves
-its queue: it tries the queue's group again, through any replica, until the group has a leader
-again or the timeout ends. A topic no namesrv knows is sent with TBW102's route, so the broker
+first unless it just failed, each request waiting at most the send's RequestBudget (half a
+second to begin with; client/attempts.py); when it fails, the route is refreshed from the
+namesrvs at once (in the background) and the next attempt goes to another group when there is
+one, up to 1 + retry_times attempts within the send timeout. The route is refreshed too when a
+replica failed before another stored the message, or when the answer came from a replica that
+forwarded the write to its leader (the route names an old master). An ordered send
+(`selector=`) never leaves its queue: it tries the queue's group again, through any replica,
+until the group has a leader again or the timeout ends. A topic no namesrv knows is sent with TBW102's route, so the broker
 creates it (the RocketMQ way); its own route is asked for again after the first send.
 
 What a send ends with: a SendResult (SEND_OK, or a "stored, not durable enough" status, never
@@ -35,7 +38,7 @@ from typing import Any
 import trio
 
 from client import limits
-from client.attempts import REQUEST_S_MIN, GroupFailure, attempt, send_error
+from client.attempts import REQUEST_S_MIN, GroupFailure, RequestBudget, attempt, send_error
 from client.auto_batch import AutoBatcher
 from client.errors import (
     BrokerUnreachable,
@@ -128,6 +131,7 @@ class AsyncProducer:
         self._round_robin = RoundRobin()
         self._write_queues = TopicWriteQueues(self._live)
         self._refresh_pending: set[str] = set()
+        self._stale_refreshed: dict[str, float] = {}  # topic -> when a forwarded answer refreshed
         self._created: set[str] = set()  # topics a send of ours had the broker auto-create
         self._in_flight = _InFlight(limits.ASYNC_SENDS_MAX, limits.ASYNC_SEND_BYTES_MAX)
         self._instance: ClientInstance | None = None
@@ -272,7 +276,7 @@ class AsyncProducer:
         found = await self._write_queues.find(outgoing.topic, deadline)
         queue = self._round_robin.pick(found.queues, self.tracker, ())
         causes: list[str] = []
-        for address in instance.broker_addresses(queue.broker_name):
+        for address in self.tracker.replica_order(instance.broker_addresses(queue.broker_name)):
             cause = await self._write_oneway(instance, address, outgoing, queue, deadline)
             if cause is None:
                 return
@@ -409,6 +413,7 @@ class AsyncProducer:
         tried: list[str] = []
         failures: list[GroupFailure] = []
         backoff_s = limits.SAME_GROUP_BACKOFF_S_MIN
+        budget = RequestBudget.for_send(outgoing)
         for _ in range(1 + self.retry_times):
             if tried:  # the route may have changed; without an answer, keep the last one
                 with contextlib.suppress(NoRouteError):
@@ -421,7 +426,7 @@ class AsyncProducer:
                 break
             tried.append(queue.broker_name)
             try:
-                return await self._attempt(outgoing, queue, found, deadline)
+                return await self._attempt(outgoing, queue, found, deadline, budget)
             except GroupFailure as failure:
                 failures.append(failure)
                 if failure.final:
@@ -434,9 +439,10 @@ class AsyncProducer:
         """An ordered send: this queue only, again and again until the send timeout."""
         failures: list[GroupFailure] = []
         backoff_s = limits.SAME_GROUP_BACKOFF_S_MIN
+        budget = RequestBudget.for_send(outgoing)
         while deadline - trio.current_time() >= REQUEST_S_MIN:
             try:
-                return await self._attempt(outgoing, queue, found, deadline)
+                return await self._attempt(outgoing, queue, found, deadline, budget)
             except GroupFailure as failure:
                 failures.append(failure)
                 if failure.final:
@@ -446,18 +452,36 @@ class AsyncProducer:
         raise send_error(f"ordered send to {queue}", outgoing, failures)
 
     async def _attempt(
-        self, outgoing: Outgoing, queue: MessageQueue, found: WriteQueues, deadline: float
+        self,
+        outgoing: Outgoing,
+        queue: MessageQueue,
+        found: WriteQueues,
+        deadline: float,
+        budget: RequestBudget,
     ) -> SendResult:
         instance = self._live()
+        topic = found.route.topic
         try:
-            result, latency_s = await attempt(instance, self.group, outgoing, queue, deadline)
+            stored = await attempt(
+                instance, self.group, outgoing, queue, deadline, budget, self.tracker
+            )
         except GroupFailure as failure:
             log.info("send %s: %s", outgoing.uniq_key, failure)
             self.tracker.failed(queue.broker_name)
-            self._refresh_soon(found.route.topic)
+            self._refresh_soon(topic)
             raise
-        self.tracker.answered(queue.broker_name, latency_s)
-        return result
+        self.tracker.answered(queue.broker_name, stored.latency_s)
+        if stored.passed_over:  # a replica failed before another stored it
+            log.info(
+                "send %s: stored through %s after %s",
+                outgoing.uniq_key,
+                stored.address,
+                "; ".join(map(str, stored.passed_over)),
+            )
+            self._refresh_soon(topic)
+        elif stored.forwarded:
+            self._refresh_stale(topic)
+        return stored.result
 
     async def _wait_route_change(self, topic: str, wait_s: float, deadline: float) -> None:
         with trio.move_on_at(min(deadline, trio.current_time() + wait_s)):
@@ -471,6 +495,16 @@ class AsyncProducer:
             return
         self._refresh_pending.add(topic)
         self._background.start_soon(self._refresh, topic)
+
+    def _refresh_stale(self, topic: str) -> None:
+        """A replica that is not the leader answered (it forwarded the write): the route names
+        an old master. Ask for it again, at most every FORWARDED_REFRESH_S per topic (while the
+        client is cut off from the leader alone, every answer is forwarded)."""
+        now = trio.current_time()
+        if now - self._stale_refreshed.get(topic, -1e9) < limits.FORWARDED_REFRESH_S:
+            return
+        self._stale_refreshed[topic] = now
+        self._refresh_soon(topic)
 
     async def _await_created_route(self, topic: str) -> None:
         """Ask until the namesrvs route a topic our send had a broker create: the broker

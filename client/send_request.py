@@ -18,7 +18,11 @@ from remoting import properties as props
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import HeaderFieldError, MessageFormatError
-from remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from remoting.headers import (
+    RAFT_FORWARDED_FIELD,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
 from remoting.message_id import UniqIdGenerator
 
 # Our broker answers SYSTEM_ERROR with this remark prefix when the write reached the Raft
@@ -139,6 +143,12 @@ def outcome_unknown(response: RemotingCommand) -> bool:
     return response.code == ResponseCode.SYSTEM_ERROR and response.remark.startswith(
         OUTCOME_UNKNOWN_REMARK
     )
+
+
+def forwarded(response: RemotingCommand) -> bool:
+    """The answer came from a replica of ours that forwarded the write to its Raft leader
+    (docs/protocol.md#raftforwarded): the route that named it master is stale."""
+    return response.ext_fields.get(RAFT_FORWARDED_FIELD) == "true"
 
 
 def stored_result(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -141,7 +141,7 @@ class _AppendSlot:
 class Connection:
     """One pipelined connection to one server."""
 
-    def __init__(self, node: str, stream: trio.SocketStream) -> None:
+    def __init__(self, node: str, stream: trio.abc.Stream) -> None:
         self.node = node
         self.stream = stream
         self.closed = False
@@ -224,13 +224,25 @@ class Connection:
         await self.stream.aclose()
 
 
+# How a client reaches a server: (server id, address) -> stream. TCP unless a test passes
+# memory streams (the same shape as dledger.transport.PeerConnector).
+Connector = Callable[[str, Address], Awaitable[trio.abc.Stream]]
+
+
+async def _tcp_connect(_node: str, address: Address) -> trio.abc.Stream:
+    return await trio.open_tcp_stream(address.host, address.port)
+
+
 @asynccontextmanager
 async def open_client(
-    peers: dict[str, Address], *, rng: random.Random | None = None
+    peers: dict[str, Address],
+    *,
+    rng: random.Random | None = None,
+    connect: Connector = _tcp_connect,
 ) -> AsyncIterator[DLedgerClient]:
     """A client whose connections live in a nursery of its own, closed on the way out."""
     async with trio.open_nursery() as nursery:
-        client = DLedgerClient(peers, nursery, rng=rng)
+        client = DLedgerClient(peers, nursery, rng=rng, connect=connect)
         try:
             yield client
         finally:
@@ -240,12 +252,18 @@ async def open_client(
 
 class DLedgerClient:
     def __init__(
-        self, peers: dict[str, Address], nursery: trio.Nursery, *, rng: random.Random | None = None
+        self,
+        peers: dict[str, Address],
+        nursery: trio.Nursery,
+        *,
+        rng: random.Random | None = None,
+        connect: Connector = _tcp_connect,
     ) -> None:
         """`nursery` owns each connection's reader and writer tasks (trio-websocket's way)."""
         if not peers:
             raise ValueError("a client needs at least one server")
         self.peers = dict(peers)
+        self._connect = connect
         self._nursery = nursery
         self._rng = rng or random.Random()
         self._leader: str | None = None
@@ -266,6 +284,13 @@ class DLedgerClient:
         """The server this client last found leading (a hint)."""
         return self._leader
 
+    def follow(self, leader: str) -> None:
+        """Try `leader` first from now on: a server embedding a node (the broker forwarding
+        writes) knows the leader before this client's own guess catches up. Ignored for a
+        server this client does not know."""
+        if leader in self.peers:
+            self._leader = leader
+
     # --- connections ---------------------------------------------------------------------------
 
     async def connection(self, node: str) -> Connection:
@@ -284,7 +309,7 @@ class DLedgerClient:
             address = self.peers[node]
             try:
                 with trio.fail_after(limits.CLIENT_CONNECT_TIMEOUT_S):
-                    stream = await trio.open_tcp_stream(address.host, address.port)
+                    stream = await self._connect(node, address)
             except (OSError, trio.TooSlowError) as err:
                 raise ConnectionLost(f"cannot connect to {node} at {address}: {err}") from err
             connection = Connection(node, stream)

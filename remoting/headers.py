@@ -218,12 +218,19 @@ class SendMessageRequestHeader(Header):
     batch: bool | None = boolean("batch", v2="m", optional=True)  # C++ sends "1"
 
 
+# The extFields key of our extension on a send's answer: "true" when the replica that answered
+# is not the leader and forwarded the write to it (docs/protocol.md#raftforwarded), so the client
+# knows its route is stale. Absent from a leader's answer and from a plain RocketMQ broker's.
+RAFT_FORWARDED_FIELD = "raftForwarded"
+
+
 @attrs.frozen
 class SendMessageResponseHeader(Header):
     msg_id: str = text("msgId")  # offsetMsgId; comma-joined for a batch
     queue_id: int = integer("queueId")
     queue_offset: int = integer("queueOffset")  # the first one for a batch
     transaction_id: str | None = text("transactionId", optional=True)
+    raft_forwarded: bool | None = boolean(RAFT_FORWARDED_FIELD, optional=True)  # ours
 
 
 @attrs.frozen

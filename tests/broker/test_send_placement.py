@@ -14,6 +14,7 @@ from pathlib import Path
 from broker.state import Placed
 from remoting.client import open_connection
 from remoting.codes import ResponseCode
+from remoting.headers import RAFT_FORWARDED_FIELD
 from tests.broker.group import broker_group, send_request
 
 TOPIC = "PlacementTopic"
@@ -40,3 +41,17 @@ async def test_a_forwarded_send_answers_where_it_landed_not_an_old_leaders_guess
     assert second.code == ResponseCode.SUCCESS, second.remark
     assert int(first.ext_fields["queueOffset"]) == 0
     assert int(second.ext_fields["queueOffset"]) == 1
+
+
+async def test_a_forwarded_send_says_so_and_the_leaders_does_not(tmp_path: Path) -> None:
+    """raftForwarded ("true") on the answer of a replica that forwarded the write to its
+    leader, so a client knows its route names an old master; absent from the leader's answer
+    (and from a plain RocketMQ broker's)."""
+    async with broker_group(tmp_path) as group:
+        answers = {}
+        for role, broker in (("leader", group.leader()), ("follower", group.follower())):
+            async with open_connection("127.0.0.1", broker.config.listen.port) as conn:
+                answers[role] = await conn.request(send_request(TOPIC, b"m"), timeout_s=10)
+    assert all(a.code == ResponseCode.SUCCESS for a in answers.values()), answers
+    assert answers["follower"].ext_fields[RAFT_FORWARDED_FIELD] == "true"
+    assert RAFT_FORWARDED_FIELD not in answers["leader"].ext_fields

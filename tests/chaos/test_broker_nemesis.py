@@ -141,6 +141,21 @@ async def test_a_transfer_that_fails_is_recorded_not_raised(
     assert healed.value["transfer"].startswith("failed: ")
 
 
+async def test_a_client_cut_drops_the_client_hosts_packets_at_the_leader_only(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    """client-cut-leader: one rule at the group's leader against the client host, healed
+    after the hold; the leader counts as lost for the clients (failover is measured)."""
+    history, fake = history_at(tmp_path), FakeCluster()
+    nemesis = GroupNemesis(fake, "broker-a", fake, history)  # type: ignore[arg-type]
+    await nemesis.execute(planned("client-cut-leader"))
+    invoke, healed = history.ops[:2]
+    assert fake.actions == [("apply", [("client", "broker-a-n1")]), ("heal", None)]
+    assert invoke.f == "partition" and invoke.value["nodes"] == ["broker-a-n1"]
+    assert invoke.value["leader_affected"] is True and invoke.value["partition"] == "client"
+    assert healed.value["healed"] is True
+
+
 def test_the_broker_scenarios_use_only_known_faults_and_random_draws_every_kind() -> None:
     assert all(set(kinds) <= set(FAULTS) for kinds in BROKER_SCENARIOS.values())
     assert BROKER_SCENARIOS["mixed"] == ("kill-leader", "partition-leader")

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from chaos import partition as plans
+from chaos.net import drop_rules
 from chaos.schedule import FAULTS, SCENARIOS, plan
 
 THREE = ["n0", "n1", "n2"]
@@ -63,6 +64,21 @@ def test_one_way_drops_only_one_direction() -> None:
 def test_rules_are_grouped_by_the_namespace_that_drops() -> None:
     p = plans.isolate(THREE, "n0")
     assert plans.drops_by_destination(p) == {"n0": ["n1", "n2"], "n1": ["n0"], "n2": ["n0"]}
+
+
+def test_a_client_cut_drops_only_what_the_client_host_sends_the_target() -> None:
+    """The replicas still reach each other both ways; the target's chain drops the client
+    host's address, nobody else's chain changes."""
+    p = plans.cut_client(THREE, "n1")
+    assert p.drops == {(plans.CLIENT, "n1")}
+    assert all(p.reaches(a, b) for a in THREE for b in THREE)
+    assert plans.in_majority(p, "n1", THREE)
+    hosts = {"n0": "10.77.0.10", "n1": "10.77.0.11", "n2": "10.77.0.12"}
+    assert drop_rules(p, hosts, "10.77.0.1") == {"n1": "-A DLCHAOS -s 10.77.0.1/32 -j DROP\n"}
+    isolated = drop_rules(plans.isolate(THREE, "n0"), hosts, "10.77.0.1")
+    assert isolated["n0"] == (
+        "-A DLCHAOS -s 10.77.0.11/32 -j DROP\n-A DLCHAOS -s 10.77.0.12/32 -j DROP\n"
+    )
 
 
 def test_a_partition_naming_an_unknown_node_is_refused() -> None:

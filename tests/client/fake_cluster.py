@@ -7,7 +7,8 @@
 Each replica decodes SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE as our broker does (batches through
 broker/send.py's parse_batch) and keeps what it stored in `stored`; `mode` makes it refuse
 with a code, never answer, close the connection after reading, or (DOWN) not listen at all,
-so that connecting is refused. The namesrv answers routes from `routes`, which a test edits.
+so that connecting is refused, or (SLOW) answer late; `forwarded` marks its answers as our
+follower's after forwarding a write to the leader. The namesrv answers routes from `routes`, which a test edits.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from remoting import properties as props
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.headers import SendMessageRequestHeader
+from remoting.headers import RAFT_FORWARDED_FIELD, SendMessageRequestHeader
 from remoting.message_id import offset_msg_id
 from remoting.server import RemotingServer, bound_port
 
@@ -39,6 +40,7 @@ class Mode(enum.Enum):
     OK = "ok"  # store and answer SUCCESS (or `code` when it is a "stored" code)
     REFUSE = "refuse"  # answer `code` with `remark`
     SILENT = "silent"  # read the request, never answer
+    SLOW = "slow"  # store and answer after `delay_s`
     CLOSE = "close"  # read the request, close the connection
     DOWN = "down"  # nothing listens: connecting is refused
 
@@ -62,6 +64,8 @@ class Replica:
     code: int = ResponseCode.SUCCESS
     remark: str = "refused by the test"
     refusals_left: int = -1  # REFUSE this many times, then OK; -1: for ever
+    delay_s: float = 0.0  # SLOW: how long each answer takes
+    forwarded: bool = False  # answer as our follower does after forwarding (raftForwarded)
     requests: list[RemotingCommand] = attrs.field(factory=list)  # every send received
     stored: list[Stored] = attrs.field(factory=list)
     ends: list[RemotingCommand] = attrs.field(factory=list)  # every END_TRANSACTION received
@@ -161,6 +165,8 @@ class FakeCluster:
             replica.requests.append(request)
             if replica.mode is Mode.SILENT:
                 await trio.sleep_forever()
+            if replica.mode is Mode.SLOW:
+                await trio.sleep(replica.delay_s)
             if replica.mode is Mode.CLOSE:
                 conn.close("closed by the fake broker")
                 await trio.sleep_forever()
@@ -194,14 +200,14 @@ class FakeCluster:
             ids.append(offset_msg_id((HOST, replica.port), 1000 * (first + i)))
         self.queue_offsets[key] = first + len(records)
         code = replica.code if replica.mode is Mode.OK else ResponseCode.SUCCESS
-        return request.response(
-            code,
-            ext_fields={
-                "msgId": ",".join(ids),
-                "queueId": str(header.queue_id),
-                "queueOffset": str(first),
-            },
-        )
+        fields = {
+            "msgId": ",".join(ids),
+            "queueId": str(header.queue_id),
+            "queueOffset": str(first),
+        }
+        if replica.forwarded:
+            fields[RAFT_FORWARDED_FIELD] = "true"
+        return request.response(code, ext_fields=fields)
 
 
 def _unused_port() -> int:

@@ -139,6 +139,34 @@ class TestFaultTracker:
         tracker.answered("broker-a", 0.001)
         assert tracker.available("broker-a")
 
+    def test_failed_replicas_go_last_until_their_avoidance_ends_or_they_answer(self) -> None:
+        """Route order (master first) but the failed addresses last, the one failed first
+        before the other; an answer or ADDRESS_AVOID_S gives an address its place back."""
+        clock = Clock()
+        tracker = FaultTracker(clock)
+        route = ["m:1", "s:2", "s:3"]
+        tracker.address_failed("m:1")
+        clock.now += 1
+        tracker.address_failed("s:2")
+        assert tracker.replica_order(route) == ["s:3", "m:1", "s:2"]
+        tracker.address_answered("s:2")
+        assert tracker.replica_order(route) == ["s:2", "s:3", "m:1"]
+        clock.now += limits.ADDRESS_AVOID_S
+        assert tracker.replica_order(route) == route
+
+    def test_the_slowest_recent_answer_halves_every_half_life(self) -> None:
+        clock = Clock()
+        tracker = FaultTracker(clock)
+        assert tracker.slow_answer_s("broker-a") == 0.0
+        tracker.answered("broker-a", 0.8)
+        tracker.answered("broker-a", 0.1)  # a quicker answer does not hide the slow one
+        assert tracker.slow_answer_s("broker-a") == pytest.approx(0.8)
+        clock.now += limits.LATENCY_HALF_LIFE_S
+        assert tracker.slow_answer_s("broker-a") == pytest.approx(0.4)
+        tracker.answered("broker-a", 0.5)
+        assert tracker.slow_answer_s("broker-a") == pytest.approx(0.5)
+        assert tracker.slow_answer_s("broker-b") == 0.0
+
     def test_least_avoided_is_the_one_free_first(self) -> None:
         clock = Clock()
         tracker = FaultTracker(clock)

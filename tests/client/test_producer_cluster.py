@@ -211,17 +211,34 @@ def test_the_blocking_api(cluster: LocalCluster) -> None:
     assert found[results[1].msg_id].queue == hash_selector(queues, Message("x", b"x"), 7)
 
 
-async def test_a_broker_that_never_answers_gives_an_unknown_outcome(cluster: LocalCluster) -> None:
-    """broker-b's leader is stopped (SIGSTOP): an ordered send to one of its queues gets no
-    answer and raises SendOutcomeUnknown with the message's UNIQ_KEY within its timeout."""
+async def test_a_paused_leader_is_passed_over_and_a_silent_group_is_an_unknown_outcome(
+    cluster: LocalCluster,
+) -> None:
+    """broker-b's leader is stopped (SIGSTOP): an ordered send to one of its queues gives up on
+    it after one request budget and is stored through another replica of the group, on the
+    same queue, well within its timeout. With every replica stopped, the send gets no answer
+    and raises SendOutcomeUnknown with the message's UNIQ_KEY within its timeout."""
     queues = await create_topic(cluster, "ProducerPaused")
     queue = next(q for q in queues if q.broker_name == "broker-b")
+    names = [r.name for r in cluster.replicas_of("broker-b")]
+    paused: list[str] = []
     async with AsyncProducer("pg_paused", cluster.namesrv_addr) as producer:
         await producer.send(Message("ProducerPaused", b"warm"), selector=lambda qs, m, a: queue)
-        name = await trio.to_thread.run_sync(cluster.leader_name, "broker-b")
-        assert name is not None
-        cluster.pause(name)
+        leader = await trio.to_thread.run_sync(cluster.leader_name, "broker-b")
+        assert leader is not None
         try:
+            cluster.pause(leader)
+            paused.append(leader)
+            started = trio.current_time()
+            result = await producer.send(
+                Message("ProducerPaused", b"around"), 3.0, selector=lambda qs, m, a: queue
+            )
+            assert result.ok and result.queue == queue
+            assert trio.current_time() - started < 2.0  # an election, not the send timeout
+            for name in names:
+                if name not in paused:
+                    cluster.pause(name)
+                    paused.append(name)
             started = trio.current_time()
             message = Message("ProducerPaused", b"lost?", properties={props.UNIQ_KEY: "A" * 32})
             with pytest.raises(SendOutcomeUnknown) as info:
@@ -229,7 +246,8 @@ async def test_a_broker_that_never_answers_gives_an_unknown_outcome(cluster: Loc
             assert trio.current_time() - started < 1.5
             assert info.value.uniq_key == "A" * 32
         finally:
-            cluster.resume(name)
+            for name in paused:
+                cluster.resume(name)
     await trio.to_thread.run_sync(cluster.wait_serving)
 
 

@@ -8,7 +8,7 @@ connections, and their other ends see EOF as they would after a real process die
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -38,6 +38,26 @@ class MemoryNetwork:
     def __init__(self) -> None:
         self._listeners: dict[Address, Callable[[trio.abc.Stream], None]] = {}
         self.connects = 0
+        self.names: dict[Address, str] = {}  # who listens where, for cuts by name
+        self._cut: set[tuple[str, str]] = set()  # (src, dst): what src sends dst never arrives
+        self._healed = trio.Event()
+
+    def cut_off(self, node: str, others: Iterable[str]) -> None:
+        """Nothing `node` sends reaches `others` and nothing they send reaches it, as with
+        packets dropped: connections stay open, and what is sent waits until `heal` (TCP
+        retransmitting), so only timeouts notice."""
+        for other in others:
+            self._cut |= {(node, other), (other, node)}
+
+    def heal(self) -> None:
+        self._cut.clear()
+        self._healed.set()
+        self._healed = trio.Event()
+
+    async def deliverable(self, src: str, dst: str) -> None:
+        """Returns once src -> dst is not cut."""
+        while (src, dst) in self._cut:
+            await self._healed.wait()
 
     async def serve(
         self,
@@ -58,17 +78,43 @@ class MemoryNetwork:
             finally:
                 del self._listeners[address]
 
-    def connector(self) -> PeerConnector:
+    def connector(self, source: str | None = None) -> PeerConnector:
+        """Connections from `source` (a name `cut_off` knows; None: never cut)."""
+
         async def connect(peer: str, address: Address) -> trio.abc.Stream:
             accept = self._listeners.get(address)
             if accept is None:
                 raise ConnectionRefusedError(f"nothing listens on {address}")
             client, server = trio.testing.memory_stream_pair()
-            accept(server)
             self.connects += 1
-            return client
+            if source is None:
+                accept(server)
+                return client
+            target = self.names.get(address, peer)
+            accept(_CutStream(server, self, target, source))
+            return _CutStream(client, self, source, target)
 
         return connect
+
+
+class _CutStream(trio.abc.Stream):
+    """One end of a memory connection whose sends wait while the network cuts src -> dst."""
+
+    def __init__(self, inner: trio.abc.Stream, network: MemoryNetwork, src: str, dst: str):
+        self.inner, self.network, self.src, self.dst = inner, network, src, dst
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.network.deliverable(self.src, self.dst)
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 @attrs.define
@@ -106,7 +152,7 @@ class MemoryGroup:
             config,
             store,
             machine,
-            connect=self.network.connector(),
+            connect=self.network.connector(n),
             offload=run_inline,
         )
         self.nodes[n], self.stores[n] = node, store
@@ -177,10 +223,10 @@ async def memory_group(
 ) -> AsyncIterator[MemoryGroup]:
     # addresses are labels here: nothing binds or dials them
     peers = {f"n{i}": Address("127.0.0.1", 40911 + i) for i in range(size)}
+    network = MemoryNetwork()
+    network.names.update({address: n for n, address in peers.items()})
     async with trio.open_nursery() as nursery:
-        group = MemoryGroup(
-            root, MemoryNetwork(), nursery, peers, dict(state_machines or {}), factory
-        )
+        group = MemoryGroup(root, network, nursery, peers, dict(state_machines or {}), factory)
         for n in peers:
             await group.start(n)
         yield group
