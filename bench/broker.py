@@ -216,8 +216,8 @@ def pull_request(queue_id: int, offset: int) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, {k: str(v) for k, v in fields.items()})
 
 
-async def create_topic(address: str) -> None:
-    fields = {"topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6}
+async def create_topic(address: str, topic: str = TOPIC) -> None:
+    fields = {"topic": topic, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6}
     request = RemotingCommand.request(
         RequestCode.UPDATE_AND_CREATE_TOPIC, {k: str(v) for k, v in fields.items()}
     )
