@@ -6,7 +6,7 @@ acceptance for transactions).
 Commit, rollback, UNKNOWN followed by a check-back that commits, a listener that raises (then
 the check rolls back), the blocking API with its local transaction in the caller's thread, a
 producer that leaves after its half message (the check goes to another producer of its group),
-and a transactional send while one follower is down: a quorum is enough. A pull consumer then
+and a transactional and a sync send while one follower is down: a quorum is enough. A pull consumer then
 sees each committed message exactly once and no other. Run under `flock /tmp/heavy.lock`.
 """
 
@@ -32,6 +32,7 @@ from client import (
 )
 from client.instance import open_instance
 from client.pull_consumer import PullStatus
+from client.send_result import SendStatus
 from tests.client.cluster_tools import create_topic
 
 GROUP_NAME = "broker-a"
@@ -146,6 +147,7 @@ async def test_transaction_producers_end_to_end(cluster: LocalCluster) -> None:
             results[b"follower down"] = await producer.send_message_in_transaction(
                 message, ("arg", b"follower down")
             )
+            plain = await producer.send(Message(TOPIC, b"sync, follower down"))
         finally:
             cluster.start(follower)
         # a producer that leaves after its half message: the check reaches this one
@@ -167,8 +169,16 @@ async def test_transaction_producers_end_to_end(cluster: LocalCluster) -> None:
                 await trio.sleep(0.1)
         seen = await consume_all(namesrv, settle_s=3 * TIMEOUT_MS / 1000)
     assert seen == Counter(
-        {b"commit": 1, b"unknown": 1, b"blocking": 1, b"follower down": 1, b"orphan": 1}
+        {
+            b"commit": 1,
+            b"unknown": 1,
+            b"blocking": 1,
+            b"follower down": 1,
+            b"orphan": 1,
+            b"sync, follower down": 1,
+        }
     )
+    assert plain.status is SendStatus.SEND_OK  # not SLAVE_NOT_AVAILABLE: a quorum is enough
     states = {body: r.local_state for body, r in results.items()}
     assert states == {
         b"commit": COMMIT,
