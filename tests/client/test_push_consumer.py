@@ -30,6 +30,7 @@ from client.pull_consumer import AsyncPullConsumer
 from client.push_consumer import AsyncPushConsumer, PushConsumer
 from tests.client.cluster_tools import Sent, create_topic, send
 from tests.client.consuming import Delivery, Recorder, partition, shares, started, wait_for
+from tests.client.test_mqadmin import mqadmin_async
 
 CONSUME_S = 30.0  # every message consumed within this
 REBALANCE_BOUND_S = 10.0  # the behaviour check; the target is 3 s (printed)
@@ -262,6 +263,8 @@ async def test_reconsume_later_gives_messages_back_through_the_retry_topic(
                         await trio.sleep(0.1)
             dead = [m for q in dlq for m in (await reader.pull(q, 0)).messages]
         assert [m.body for m in dead] == [b"r-2"]
+        printed = await mqadmin_async("printMsg", "-t", "%DLQ%" + group, "--json", namesrv=ns)
+        assert [f["message"]["body"] for f in printed.json()] == ["r-2"]  # mqadmin reads it too
 
 
 async def test_failures_in_broadcasting_mode_are_retried_locally(
