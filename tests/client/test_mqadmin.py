@@ -315,6 +315,22 @@ def test_send_and_query_messages(n: str) -> None:
     assert (
         mqadmin("queryMsgByKey", "-t", "MsgTopic", "-k", "nope", "--json", namesrv=n).json() == []
     )
+    # within a time range, and the newest N
+    both = mqadmin("queryMsgByKey", "-t", "MsgTopic", "-k", "order-1", "--json", namesrv=n).json()
+    newest, oldest = (f["message"] for f in both)
+    assert newest["msg_id"] == second["msg_id"] and oldest["msg_id"] == uniq
+    assert newest["store_timestamp_ms"] > oldest["store_timestamp_ms"]  # sent a process later
+    for window, wanted in [
+        (("-b", str(newest["store_timestamp_ms"])), [second["msg_id"]]),
+        (("-e", str(newest["store_timestamp_ms"] - 1)), [uniq]),
+        (("-m", "1"), [second["msg_id"]]),
+    ]:
+        found = mqadmin(
+            "queryMsgByKey", "-t", "MsgTopic", "-k", "order-1", *window, "--json", namesrv=n
+        ).json()
+        assert [f["message"]["msg_id"] for f in found] == wanted, window
+    too_many = mqadmin("queryMsgByKey", "-t", "MsgTopic", "-k", "order-1", "-m", "65", namesrv=n)
+    assert too_many.code == 2 and "65" in too_many.err
 
     # by queue offset
     at = mqadmin(
