@@ -495,6 +495,9 @@ def test_broker_status_and_config(cluster: LocalCluster, n: str) -> None:
     lines = mqadmin("brokerStatus", "-b", leader, namesrv=n).lines()
     status = {k.strip(): v.strip() for k, v in (line.split(": ", 1) for line in lines)}
     assert status["brokerName"] == "broker-a" and status["raftRole"] == "leader"
+    # pending half messages of transactions (none here: the count and the oldest's age)
+    assert status["transactionHalfPending"] == "0"
+    assert status["transactionHalfOldestAgeMs"] == "0"
     everyone = mqadmin("brokerStatus", "-c", CLUSTER, "--json", namesrv=n).json()
     assert sorted(s["address"] for s in everyone) == sorted(
         a for g in GROUPS for a in cluster.broker_addresses(g)
