@@ -10,6 +10,7 @@ forwards it), and every replica re-registers its topics with the name servers.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 
 from broker.context import Broker
@@ -155,6 +156,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "topicCount": str(len(broker.state.metadata.topics)),
     }
     table.update(schedule_info(broker.state))
+    table.update(broker.state.metadata.transactions.runtime_info(int(time.time() * 1000)))
     return table
 
 

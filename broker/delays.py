@@ -184,7 +184,8 @@ def delivered(properties: dict[str, str], source: Source) -> Target | None:
 
 
 def rolled(properties: dict[str, str], source: Source) -> Target:
-    """A timer record copied to the tail of the timer queue (same due time), naming its source."""
+    """A schedule record (a timer record, or a level record waiting longer than the roll age)
+    copied to the tail of the timer queue, same due time, naming its source."""
     return Target(TIMER_TOPIC, TIMER_QUEUE_ID, {**properties, SOURCE: source.text()})
 
 

@@ -20,6 +20,11 @@ the argument.
   is older than the roll age (a quarter of the log's retention, at most a day): the watermark
   then keeps up, the set of delivered offsets above it stays small, and no waiting record
   sits in a segment retention may delete.
+- A level record older than the roll age is rolled the same way, to the timer queue (same due
+  time; a level queue is FIFO by due time, so it cannot take it at its tail). Only a level
+  longer than the roll age has such records: with the default retention (72 h) and levels
+  (at most 2 h) none is ever rolled. docs/decisions.md "Delayed messages outlive the log's
+  retention" says why rolling rather than holding retention back.
 
 Deliveries of one pass go into one append (at most DELIVERIES_PER_APPEND_MAX records and
 DELIVERY_BATCH_BYTES_MAX bytes); a due record is proposed within one pass of its due time, a
@@ -115,6 +120,7 @@ class Scheduler:
         self._proposed: set[int] = set()  # timer offsets proposed in this term
         self._skipped: dict[tuple[str, int], int] = {}  # skip proposed, per queue
         self._head_stored_ms: tuple[int, int] | None = None  # (offset, store time) of the head
+        self._level_stored_ms: dict[int, tuple[int, int]] = {}  # the same, per level queue
         self.delivered = 0
         self.rolled = 0
 
@@ -199,14 +205,16 @@ class Scheduler:
         while scan < hi and next_due is None:
             units = state.units(SCHEDULE_TOPIC, queue_id, scan, min(SCAN_UNITS_MAX, hi - scan))
             for unit in units:
+                source = Source(SCHEDULE_TOPIC, queue_id, scan)
                 if progress.delivered(scan):
                     cursor = scan + 1 if cursor == scan else cursor
-                elif unit.tag_hash > now:
+                elif unit.tag_hash > now and not self._level_too_old(source, unit, now):
                     next_due = unit.tag_hash
                     break
-                else:
-                    source = Source(SCHEDULE_TOPIC, queue_id, scan)
-                    if not self._take(items, Item(source, unit.physical_offset, unit.size), room):
+                else:  # due, or waiting too long for its segment's retention: rolled
+                    roll = unit.tag_hash > now
+                    item = Item(source, unit.physical_offset, unit.size, roll=roll)
+                    if not self._take(items, item, room):
                         next_due = now
                         break
                 scan += 1
@@ -214,6 +222,23 @@ class Scheduler:
                 break
         self._cursors[queue_id] = cursor
         return next_due
+
+    def _level_too_old(self, source: Source, unit: Unit, now: int) -> bool:
+        """Whether a waiting level record is older than the roll age and not due within the
+        margin: then it is rolled to the timer queue (same due time) before retention can
+        delete its segment. Only a level longer than the roll age (a quarter of the log's
+        retention) ever has such records; the records after it in its queue are younger."""
+        if unit.tag_hash - now <= TIMER_ROLL_MARGIN_MS:
+            return False
+        known = self._level_stored_ms.get(source.queue_id)
+        if known is None or known[0] != source.queue_offset:
+            try:
+                record = self._state.record_at(unit.physical_offset)
+            except LogError:
+                return False  # gone: the skip handles it
+            known = (source.queue_offset, stored_message.read_store_timestamp(record))
+            self._level_stored_ms[source.queue_id] = known
+        return now - known[1] > self._config.roll_age_ms
 
     def _timer_pass(self, now: int, items: list[Item], room: list[int]) -> int | None:
         state = self._state
@@ -310,7 +335,8 @@ class Scheduler:
             elif source.topic == SCHEDULE_TOPIC:
                 cursor = self._cursors.get(source.queue_id, 0)
                 self._cursors[source.queue_id] = max(cursor, source.queue_offset + 1)
-                self.delivered += 1
+                self.rolled += item.roll
+                self.delivered += not item.roll
             else:
                 self._proposed.add(source.queue_offset)
                 self.rolled += item.roll

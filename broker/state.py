@@ -42,7 +42,13 @@ from broker.metadata import Metadata
 from broker.schedule_progress import DeliveryProgress
 from broker.shaped_once import ShapedOnce
 from broker.transaction_progress import HOW_COMMIT, TXN_END, TXN_END_BYTES, TransactionProgress
-from broker.transactions import HALF_OFFSET_BYTES, HALF_QUEUE_ID, HALF_TOPIC, half_offset_of
+from broker.transactions import (
+    HALF_OFFSET_BYTES,
+    HALF_QUEUE_ID,
+    HALF_TOPIC,
+    half_offset_of,
+    immunity_ms_of,
+)
 from dledger import limits as dledger_limits
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
@@ -344,7 +350,11 @@ class BrokerState:
                 self._once.delivered(source)
                 self._apply_meta(index, DeliveryProgress.delivered_op(source))
         if fields.topic == HALF_TOPIC:  # a half message of a transaction: pending from now
-            op = TransactionProgress.half_op(fields.queue_offset, fields.store_timestamp_ms)
+            op = TransactionProgress.half_op(
+                fields.queue_offset,
+                fields.store_timestamp_ms,
+                immunity_ms_of(fields.properties),
+            )
             self._apply_meta(index, op)
         elif HALF_OFFSET_BYTES in fields.properties:  # a commit: its half is resolved
             half = half_offset_of(fields.properties)

@@ -2,7 +2,8 @@
 
 While a replica leads, one `TransactionChecker` per term keeps the pending halves of the
 applied progress (broker/transaction_progress.py) in a heap by when each is due:
-`transactionTimeOut` after its store time for the first check, `transactionCheckInterval`
+`transactionTimeOut` after its store time for the first check (or the half's own
+CHECK_IMMUNITY_TIME_IN_SECONDS, as RocketMQ's checkImmunityTime), `transactionCheckInterval`
 after the last recorded check for the next ones. For the halves that are due it appends one
 "txn_check" entry naming them and, once that is in the log, sends CHECK_TRANSACTION_STATE (39)
 one-way to a live producer of each half's group (PGROUP; the producers this replica knows from
@@ -130,8 +131,9 @@ class TransactionChecker:
 
     def _due(self, offset: int, half: HalfState) -> int:
         config = self._config
-        if half.checks == 0:
-            due = half.store_ms + config.timeout_ms
+        if half.checks == 0:  # CHECK_IMMUNITY_TIME_IN_SECONDS, when the half has one, wins
+            first_ms = config.timeout_ms if half.immunity_ms is None else half.immunity_ms
+            due = half.store_ms + first_ms
         else:
             due = half.last_check_ms + config.interval_ms
         checked_at = self._checked_at.get(offset)

@@ -43,6 +43,9 @@ class HalfState:
     store_ms: int  # its store time: the first check is due transactionTimeOut after it
     checks: int = 0  # CHECK_TRANSACTION_STATE requests the leaders recorded for it
     last_check_ms: int = 0  # when the last one was recorded (the proposing leader's clock)
+    # CHECK_IMMUNITY_TIME_IN_SECONDS, in ms: the first check is due this long after store_ms
+    # instead of transactionTimeOut (None: the half did not ask)
+    immunity_ms: int | None = None
 
 
 class TransactionProgress:
@@ -60,7 +63,10 @@ class TransactionProgress:
         if kind == "txn_half":
             offset = int(op["offset"])
             if offset >= self.end:  # applied again (a rebuild replaying): already known
-                self.pending[offset] = HalfState(int(op["store_ms"]))
+                immunity = op.get("immunity_ms")
+                self.pending[offset] = HalfState(
+                    int(op["store_ms"]), immunity_ms=None if immunity is None else int(immunity)
+                )
                 self.end = offset + 1
         elif kind == TXN_END:
             self.pending.pop(int(op["offset"]), None)
@@ -73,9 +79,12 @@ class TransactionProgress:
                     half.last_check_ms = at_ms
 
     @staticmethod
-    def half_op(offset: int, store_ms: int) -> dict[str, Any]:
+    def half_op(offset: int, store_ms: int, immunity_ms: int | None = None) -> dict[str, Any]:
         """What applying a half message does (never written as an entry of its own)."""
-        return {"op": "txn_half", "offset": offset, "store_ms": store_ms}
+        op: dict[str, Any] = {"op": "txn_half", "offset": offset, "store_ms": store_ms}
+        if immunity_ms is not None:
+            op["immunity_ms"] = immunity_ms
+        return op
 
     @staticmethod
     def end_op(offset: int, how: str) -> dict[str, Any]:
@@ -91,13 +100,28 @@ class TransactionProgress:
             "end": self.end,
             "pending": [
                 [offset, h.store_ms, h.checks, h.last_check_ms]
+                + ([] if h.immunity_ms is None else [h.immunity_ms])
                 for offset, h in sorted(self.pending.items())
             ],
         }
 
     def restore(self, state: Mapping[str, Any]) -> None:
         self.end = int(state.get("end", 0))
-        self.pending = {
-            int(offset): HalfState(int(store_ms), int(checks), int(last_ms))
-            for offset, store_ms, checks, last_ms in state.get("pending", ())
+        self.pending = {}
+        for row in state.get("pending", ()):  # a fifth column: the half's immunity, if any
+            offset, store_ms, checks, last_ms = row[:4]
+            immunity = int(row[4]) if len(row) > 4 else None
+            self.pending[int(offset)] = HalfState(
+                int(store_ms), int(checks), int(last_ms), immunity
+            )
+
+    def runtime_info(self, now_ms: int) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's lines on transactions (ours; RocketMQ shows none):
+        `transactionHalfPending`, the half messages with no commit or rollback yet, and
+        `transactionHalfOldestAgeMs`, how long ago the oldest of them was stored (0: none)."""
+        oldest = min((h.store_ms for h in self.pending.values()), default=None)
+        age = 0 if oldest is None else max(0, now_ms - oldest)
+        return {
+            "transactionHalfPending": str(len(self.pending)),
+            "transactionHalfOldestAgeMs": str(age),
         }

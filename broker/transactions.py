@@ -45,6 +45,8 @@ ROLLBACK = 0xC
 
 
 TRAN_MSG_BYTES = props.TRAN_MSG.encode()
+IMMUNITY_BYTES = props.CHECK_IMMUNITY_TIME_IN_SECONDS.encode()
+IMMUNITY_DIGITS_MAX = 9  # seconds; about 31 years, far past any retention
 
 
 def is_half(properties_data: bytes, sys_flag: int) -> bool:
@@ -56,6 +58,19 @@ def is_half(properties_data: bytes, sys_flag: int) -> bool:
         return False
     value = props.find(properties_data, TRAN_MSG_BYTES)
     return value is not None and value.lower() == b"true"
+
+
+def immunity_ms_of(properties_data: bytes) -> int | None:
+    """A half's CHECK_IMMUNITY_TIME_IN_SECONDS in ms: its first check is due that long after
+    its store time, instead of transactionTimeOut (RocketMQ's checkImmunityTime). None when it
+    has none, or one that is not a count of seconds (RocketMQ then uses transactionTimeOut
+    too)."""
+    if IMMUNITY_BYTES not in properties_data:
+        return None
+    raw = props.find(properties_data, IMMUNITY_BYTES)
+    if raw is None or not raw.isdigit() or len(raw) > IMMUNITY_DIGITS_MAX:
+        return None
+    return int(raw) * 1000
 
 
 def half_properties(

@@ -435,9 +435,15 @@ class Admin:
         return await admin_messages.by_id(self, msg_id, topic)
 
     async def query_message_by_key(
-        self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None
+        self,
+        topic: str,
+        key: str,
+        *,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        max_num: int = admin_messages.QUERY_MESSAGES_MAX,
     ) -> list[FoundMessage]:
-        return await admin_messages.by_key(self, topic, key, begin_ms, end_ms)
+        return await admin_messages.by_key(self, topic, key, begin_ms, end_ms, max_num)
 
     async def query_message_by_offset(
         self, topic: str, broker_name: str, queue_id: int, queue_offset: int

@@ -158,7 +158,14 @@ async def by_id(admin: Admin, msg_id: str, topic: str | None) -> list[FoundMessa
 
 
 async def _query(
-    admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int, *, uniq_key: bool
+    admin: Admin,
+    topic: str,
+    key: str,
+    begin_ms: int,
+    end_ms: int,
+    *,
+    uniq_key: bool,
+    max_num: int = QUERY_MESSAGES_MAX,
 ) -> list[FoundMessage]:
     """QUERY_MESSAGE on every broker group of `topic`; only messages that really carry `key`
     (the index is a hash table: another key may share the slot), newest first."""
@@ -166,7 +173,7 @@ async def _query(
     header = QueryMessageRequestHeader(
         topic=topic,
         key=key,
-        max_num=UNIQ_KEY_QUERY_MESSAGES_MAX if uniq_key else QUERY_MESSAGES_MAX,
+        max_num=UNIQ_KEY_QUERY_MESSAGES_MAX if uniq_key else max_num,
         begin_timestamp=begin_ms,
         end_timestamp=end_ms,
     ).encode()
@@ -188,12 +195,21 @@ async def _query(
 
 
 async def by_key(
-    admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int | None
+    admin: Admin,
+    topic: str,
+    key: str,
+    begin_ms: int,
+    end_ms: int | None,
+    max_num: int = QUERY_MESSAGES_MAX,
 ) -> list[FoundMessage]:
     """Messages of `topic` whose KEYS hold `key` (or whose UNIQ_KEY is `key`), stored within
-    [begin_ms, end_ms]; at most 64 per broker group, newest first."""
+    [begin_ms, end_ms]: the newest `max_num` (1-64) of them, newest first. Raises ValueError
+    for a `max_num` out of range."""
+    if not 1 <= max_num <= QUERY_MESSAGES_MAX:
+        raise ValueError(f"max_num must be 1..{QUERY_MESSAGES_MAX}, not {max_num}")
     end = END_OF_TIME_MS if end_ms is None else end_ms
-    return await _query(admin, topic, key, begin_ms, end, uniq_key=False)
+    found = await _query(admin, topic, key, begin_ms, end, uniq_key=False, max_num=max_num)
+    return found[:max_num]
 
 
 # --- by queue offset, and printMsg ----------------------------------------------------------

@@ -1,5 +1,6 @@
 """The blocking transaction producer: `AsyncTransactionProducer` on the client's own trio thread
-(client/blocking.py), as `Producer` wraps `AsyncProducer`.
+(client/blocking.py), as `Producer` wraps `AsyncProducer` (whose methods it inherits, for
+ordinary messages).
 
     with TransactionProducer("pg", "127.0.0.1:9876", listener) as producer:
         result = producer.send_message_in_transaction(Message("Orders", b"..."), arg=order)
@@ -21,10 +22,11 @@ from typing import Any
 
 from client import limits
 from client.blocking import LoopThread
+from client.blocking_producer import Producer
 from client.errors import ClientClosed
 from client.message import Message
 from client.producer import DEFAULT_NAMESRV
-from client.send_result import SendResult, SendStatus
+from client.send_result import SendStatus
 from client.transaction_producer import (
     AsyncTransactionProducer,
     LocalTransactionState,
@@ -36,9 +38,10 @@ from client.transaction_producer import (
 log = logging.getLogger("client.transaction_producer")
 
 
-class TransactionProducer:
+class TransactionProducer(Producer):
     """A transaction producer for blocking code: `start()` ... `shutdown()`, or `with`.
-    Arguments as AsyncTransactionProducer's; the listener's methods are plain functions."""
+    Arguments as AsyncTransactionProducer's; the listener's methods are plain functions. It
+    has Producer's methods too, for ordinary messages."""
 
     def __init__(
         self,
@@ -50,7 +53,7 @@ class TransactionProducer:
         send_timeout: float = limits.SEND_TIMEOUT_S_DEFAULT,
         instance_name: str | None = None,
     ) -> None:
-        self._async = AsyncTransactionProducer(  # checks the arguments now, not at start()
+        self._tx = AsyncTransactionProducer(  # checks the arguments now, not at start()
             group,
             namesrv,
             listener,
@@ -58,12 +61,9 @@ class TransactionProducer:
             send_timeout=send_timeout,
             instance_name=instance_name,
         )
-        self._loop: LoopThread[AsyncTransactionProducer] | None = None
+        self._async = self._tx  # what Producer's methods send with
+        self._loop = None
         self._stopped = False
-
-    @property
-    def group(self) -> str:
-        return self._async.group
 
     def start(self) -> None:
         """Start the client thread; a second call does nothing, a call after shutdown raises."""
@@ -72,25 +72,9 @@ class TransactionProducer:
         if self._loop is None:
             self._loop = LoopThread(lambda: self._async, name=f"mq-tx-producer-{self.group}")
 
-    def shutdown(self) -> None:
-        """Close every connection and stop the client thread (checks still running are
-        cancelled: the broker asks again). Safe to call twice."""
-        self._stopped = True
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.close()
-
     def __enter__(self) -> TransactionProducer:
         self.start()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
-    def _running(self) -> LoopThread[AsyncTransactionProducer]:
-        if self._loop is None:
-            raise ClientClosed("the producer is not started: call start() or use `with`")
-        return self._loop
 
     def send_message_in_transaction(
         self, message: Message, arg: Any = None, timeout: float | None = None
@@ -98,17 +82,13 @@ class TransactionProducer:
         """AsyncTransactionProducer.send_message_in_transaction, with the local transaction
         run in this thread."""
         loop = self._running()
-        half, result = loop.call(partial(self._async.send_half, message, timeout))
+        half, result = loop.call(partial(self._tx.send_half, message, timeout))
         state = LocalTransactionState.ROLLBACK
         if result.status is SendStatus.SEND_OK:
-            execute = self._async.listener.execute_local_transaction
+            execute = self._tx.listener.execute_local_transaction
             try:
                 state = local_state(execute(half, arg), "execute_local_transaction")
             except Exception:
                 log.exception("execute_local_transaction raised: counted as UNKNOWN")
                 state = LocalTransactionState.UNKNOWN
-        return loop.call(partial(self._async.end_transaction, result, state))
-
-    def send(self, message: Message, timeout: float | None = None) -> SendResult:
-        """An ordinary message (AsyncProducer.send)."""
-        return self._running().call(partial(self._async.send, message, timeout))
+        return loop.call(partial(self._tx.end_transaction, result, state))

@@ -166,6 +166,7 @@ class ConsumerRequests:
         commit_offset: int | None,
         timeout_s: float,
         prefer_id: int | None = None,
+        expression_type: str = "TAG",
     ) -> RawPull:
         sys_flag = FLAG_SUBSCRIPTION
         if suspend_ms > 0:
@@ -183,7 +184,7 @@ class ConsumerRequests:
             suspend_timeout_millis=max(0, suspend_ms),
             subscription=expression,
             sub_version=sub_version,
-            expression_type="TAG",
+            expression_type=expression_type,
         )
         command = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.encode())
         response, address = await self.call(

@@ -232,6 +232,15 @@ def _by_key(p: Parser) -> None:
         metavar="TIME",
         help="up to the last one stored before",
     )
+    p.add_argument(
+        "-m",
+        "--maxNum",
+        dest="max_num",
+        type=int_in(1, 64),
+        default=64,
+        metavar="N",
+        help="the newest N (1-64, default 64)",
+    )
 
 
 def _by_offset(p: Parser) -> None:
@@ -447,7 +456,9 @@ COMMANDS = [
         "queryMsgByKey",
         "Find messages by key",
         _by_key,
-        lambda admin, a: admin.query_message_by_key(a.topic, a.key, begin_ms=a.begin, end_ms=a.end),
+        lambda admin, a: admin.query_message_by_key(
+            a.topic, a.key, begin_ms=a.begin, end_ms=a.end, max_num=a.max_num
+        ),
         show_by_key,
     ),
     Command(

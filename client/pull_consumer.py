@@ -128,20 +128,23 @@ class AsyncPullConsumer:
         expression: str = "*",
         *,
         block_s: float = 0.0,
+        expression_type: str = "TAG",
     ) -> PullResult:
-        """Up to `max_nums` messages from `offset`. With `block_s` > 0 the broker holds a pull
+        """Up to `max_nums` messages from `offset`, those `expression` matches (TAG, or with
+        `expression_type="SQL92"` an SQL92 one). With `block_s` > 0 the broker holds a pull
         that finds nothing new for up to that long (long polling) before NO_NEW_MSG."""
         if offset < 0:
             raise ValueError(f"offset must not be negative: {offset}")
         if not 1 <= max_nums <= PULL_MESSAGES_MAX:
             raise ValueError(f"max_nums must be 1..{PULL_MESSAGES_MAX}, not {max_nums}")
-        subscription = Subscription.parse(queue.topic, expression)
+        subscription = Subscription.parse(queue.topic, expression, expression_type)
         raw = await self.requests.pull(
             self.group,
             queue,
             offset,
             max_nums=max_nums,
             expression=subscription.expression,
+            expression_type=subscription.expression_type,
             sub_version=0,
             suspend_ms=int(block_s * 1000),
             commit_offset=None,
@@ -227,9 +230,17 @@ class PullConsumer:
         expression: str = "*",
         *,
         block_s: float = 0.0,
+        expression_type: str = "TAG",
     ) -> PullResult:
         return self._run(
-            self._consumer.pull, queue, offset, max_nums, timeout, expression, block_s=block_s
+            self._consumer.pull,
+            queue,
+            offset,
+            max_nums,
+            timeout,
+            expression,
+            block_s=block_s,
+            expression_type=expression_type,
         )
 
     def commit_offset(self, queue: MessageQueue, offset: int) -> None:

@@ -133,6 +133,7 @@ class PullLoop:
                     offset,
                     max_nums=self._config.pull_batch_size,
                     expression=subscription.expression,
+                    expression_type=subscription.expression_type,
                     sub_version=subscription.version,
                     suspend_ms=int(self._config.long_poll_s * 1000),
                     commit_offset=commit if commit is not None and commit > 0 else None,

@@ -106,12 +106,14 @@ class AsyncPushConsumer:
 
     # --- before start ----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume `topic`, messages whose tag is in `expression` ("*": all). Call before start."""
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        """Consume `topic`, messages whose tag is in `expression` ("*": all), or with
+        `expression_type="SQL92"` those the SQL92 `expression` matches (RocketMQ's
+        MessageSelector.bySql; the broker filters). Call before start."""
         self._not_started("subscribe")
         if topic.startswith(RETRY_PREFIX):
             raise ValueError(f"{topic!r} is a retry topic; the consumer subscribes it itself")
-        self._subscriptions[topic] = Subscription.parse(topic, expression)
+        self._subscriptions[topic] = Subscription.parse(topic, expression, expression_type)
 
     def register_listener(self, fn: Callable[[list[MessageExt]], Any]) -> None:
         """A concurrent listener: list[MessageExt] -> ConsumeStatus (plain or async def)."""
@@ -448,8 +450,8 @@ class PushConsumer:
     def group(self) -> str:
         return self._consumer.group
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        self._consumer.subscribe(topic, expression)
+    def subscribe(self, topic: str, expression: str = "*", *, expression_type: str = "TAG") -> None:
+        self._consumer.subscribe(topic, expression, expression_type=expression_type)
 
     def register_listener(self, fn: Callable[[list[MessageExt]], Any]) -> None:
         self._consumer.register_listener(fn)

@@ -284,6 +284,45 @@ async def test_timer_records_roll_forward_and_still_arrive_once(
     assert progress.watermark == end and not progress.ahead
 
 
+async def test_level_records_waiting_past_the_roll_age_survive_retention(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A level of 60 s against a roll age of 20 s (as a retention of 80 s would make it): the
+    records are rolled to the timer queue before their segment may go; once every replica's
+    log lost everything before the first copy (as retention deletes it), they still arrive,
+    once each and on time."""
+    monkeypatch.setattr(schedule, "TIMER_ROLL_MARGIN_MS", 2000)
+    config = ScheduleConfig((1000, 60_000), STORE_HOST, roll_age_ms=20_000)
+    async with scheduled_group(tmp_path, config) as schedulers:
+        group = schedulers.group
+        dues: dict[str, int] = {}
+        for n in range(3):
+            delay = delays.level_delay(2, clock_ms(), config.levels)
+            dues[f"u{n}"] = delay.due_ms
+            await group.append([schedule_record(n, delay)])
+        sent_ms = clock_ms()
+        with trio.fail_after(60):
+            while not all(
+                s.metadata.schedule.of(SCHEDULE_TOPIC, 1).watermark == 3
+                and s.queue_range(TIMER_TOPIC, 0)[1] >= 3
+                for s in states(group).values()
+            ):
+                await trio.sleep(0.05)
+        rolled_ms = clock_ms()
+        for state in states(group).values():  # retention, on every replica
+            (first_copy,) = state.units(TIMER_TOPIC, 0, 0, 1)
+            state.log_trimmed(first_copy.physical_offset)
+            assert state.queue_range(SCHEDULE_TOPIC, 1)[0] == 3  # the records are gone
+        assert real_messages(states(group)["n0"]) == []  # none delivered early
+        await wait_delivered(group, len(dues))
+        check_exactly_once(group, dues)
+        for state in states(group).values():
+            for message in real_messages(state):
+                source = Source.parse(message.properties["SCHEDULE_SOURCE"])
+                assert source is not None and source.topic == TIMER_TOPIC
+    assert 20_000 < rolled_ms - sent_ms < 40_000  # rolled at the roll age, not before
+
+
 async def test_records_retention_deleted_are_skipped_everywhere(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

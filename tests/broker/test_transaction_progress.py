@@ -13,6 +13,7 @@ from broker.entries import encode_meta
 from broker.schedule_progress import DeliveryProgress
 from broker.shaped_once import ShapedOnce
 from broker.transaction_progress import HOW_ROLLBACK, TransactionProgress
+from broker.transactions import immunity_ms_of
 from remoting import properties as props
 
 OFFSETS = st.integers(0, 12)
@@ -27,7 +28,8 @@ def operations(draw: st.DrawFn) -> list[dict[str, Any]]:
     for step in range(draw(st.integers(0, 40))):
         kind = draw(st.sampled_from(("half", "end", "check")))
         if kind == "half" or halves == 0:
-            ops.append(TransactionProgress.half_op(halves, 1000 + step))
+            immunity = draw(st.none() | st.integers(0, 10**6))
+            ops.append(TransactionProgress.half_op(halves, 1000 + step, immunity))
             halves += 1
         elif kind == "end":
             ops.append(TransactionProgress.end_op(draw(st.integers(0, halves - 1)), HOW_ROLLBACK))
@@ -67,6 +69,22 @@ def test_checks_count_and_record_their_time() -> None:
     half = progress.pending[0]
     assert (half.store_ms, half.checks, half.last_check_ms) == (100, 2, 300)
     assert list(progress.pending) == [0]
+
+
+def test_a_halfs_immunity_is_read_from_its_properties_and_kept() -> None:
+    """CHECK_IMMUNITY_TIME_IN_SECONDS (seconds) as ms; none, or not a count: None."""
+    assert immunity_ms_of(props.encode({"CHECK_IMMUNITY_TIME_IN_SECONDS": "30"})) == 30_000
+    assert immunity_ms_of(props.encode({"CHECK_IMMUNITY_TIME_IN_SECONDS": "0"})) == 0
+    for bad in ("-1", "abc", "1.5", "9" * 10):
+        assert immunity_ms_of(props.encode({"CHECK_IMMUNITY_TIME_IN_SECONDS": bad})) is None
+    assert immunity_ms_of(props.encode({"UNIQ_KEY": "u"})) is None
+    progress = TransactionProgress()
+    progress.apply(TransactionProgress.half_op(0, 100, 30_000))
+    progress.apply(TransactionProgress.half_op(1, 100))
+    assert progress.pending[0].immunity_ms == 30_000 and progress.pending[1].immunity_ms is None
+    older = {"end": 1, "pending": [[0, 100, 2, 300]]}  # a checkpoint written before immunity
+    progress.restore(older)
+    assert progress.pending[0].immunity_ms is None and progress.state() == older
 
 
 def commit_properties(half: int) -> bytes:

@@ -346,6 +346,48 @@ async def test_a_dead_producer_is_replaced_by_another_of_its_group(tmp_path: Pat
     assert message.properties["UNIQ_KEY"] == "tx-5"
 
 
+async def runtime_info(conn: Connection) -> dict[str, str]:
+    request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+    response = await conn.request(request, timeout_s=10.0)
+    assert response.code == ResponseCode.SUCCESS, response.remark
+    table: dict[str, str] = json.loads(response.body)["table"]
+    return table
+
+
+async def test_a_halfs_immunity_time_delays_its_first_check(tmp_path: Path) -> None:
+    """CHECK_IMMUNITY_TIME_IN_SECONDS=2 on one half: its first check comes 2 s after it was
+    stored, not transactionTimeOut (0.3 s) as the other's; GET_BROKER_RUNTIME_INFO counts the
+    pending halves and the oldest one's age meanwhile."""
+    async with broker_group(tmp_path, **CONFIG) as group:
+        leader, follower = group.leader(), group.follower()
+        async with (
+            producer(leader, "p-1", lambda header: COMMIT) as p,
+            open_connection("127.0.0.1", follower.config.listen.port) as to_follower,
+        ):
+            assert p.conn is not None
+            sent_at = trio.current_time()
+            immune = await send_half(p.conn, "tx-immune", CHECK_IMMUNITY_TIME_IN_SECONDS="2")
+            plain = await send_half(p.conn, "tx-plain")
+            await group.wait_applied_everywhere()
+            pending = [await runtime_info(c) for c in (p.conn, to_follower)]
+            await p.wait_checks(2)
+            for half in (immune, plain):
+                await wait_resolved(group, half)
+            resolved = [await runtime_info(c) for c in (p.conn, to_follower)]
+    first: dict[str | None, float] = {}
+    for at, header, _ in p.checks:
+        first.setdefault(header.msg_id, at)
+    assert list(first) == ["tx-plain", "tx-immune"]
+    assert first["tx-immune"] - sent_at >= 2.0 - 0.05
+    assert first["tx-plain"] - sent_at < 2.0
+    for info in pending:  # the leader's and a follower's: the same applied progress
+        assert info["transactionHalfPending"] == "2"
+        assert 0 <= int(info["transactionHalfOldestAgeMs"]) < 2000
+    for info in resolved:
+        assert info["transactionHalfPending"] == "0"
+        assert info["transactionHalfOldestAgeMs"] == "0"
+
+
 async def test_refusals(tmp_path: Path) -> None:
     async with broker_group(tmp_path, **CONFIG) as group:
         leader = group.leader()

@@ -6,8 +6,10 @@ acceptance for transactions).
 Commit, rollback, UNKNOWN followed by a check-back that commits, a listener that raises (then
 the check rolls back), the blocking API with its local transaction in the caller's thread, a
 producer that leaves after its half message (the check goes to another producer of its group),
-and a transactional send while one follower is down: a quorum is enough. A pull consumer then
-sees each committed message exactly once and no other. Run under `flock /tmp/heavy.lock`.
+and a transactional and a sync send while one follower is down: a quorum is enough. A pull consumer then
+sees each committed message exactly once and no other. And the leader killed (SIGKILL)
+between a half message and its commit: the message is delivered once. Run under
+`flock /tmp/heavy.lock`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from client import (
 )
 from client.instance import open_instance
 from client.pull_consumer import PullStatus
+from client.send_result import SendStatus
 from tests.client.cluster_tools import create_topic
 
 GROUP_NAME = "broker-a"
@@ -93,11 +96,11 @@ class Ledger:
         return self.truth.get(msg.msg_id, UNKNOWN)
 
 
-async def consume_all(namesrv: str, settle_s: float) -> Counter[bytes]:
-    """Every message in TOPIC, by body, once nothing new came for `settle_s`."""
+async def consume_all(namesrv: str, settle_s: float, topic: str = TOPIC) -> Counter[bytes]:
+    """Every message in `topic`, by body, once nothing new came for `settle_s`."""
     seen: Counter[bytes] = Counter()
     async with AsyncPullConsumer("cg_orders", namesrv) as consumer:
-        queues = await consumer.fetch_queues(TOPIC)
+        queues = await consumer.fetch_queues(topic)
         offsets = dict.fromkeys(queues, 0)
         quiet_since = trio.current_time()
         while trio.current_time() - quiet_since < settle_s:
@@ -146,6 +149,7 @@ async def test_transaction_producers_end_to_end(cluster: LocalCluster) -> None:
             results[b"follower down"] = await producer.send_message_in_transaction(
                 message, ("arg", b"follower down")
             )
+            plain = await producer.send(Message(TOPIC, b"sync, follower down"))
         finally:
             cluster.start(follower)
         # a producer that leaves after its half message: the check reaches this one
@@ -167,8 +171,16 @@ async def test_transaction_producers_end_to_end(cluster: LocalCluster) -> None:
                 await trio.sleep(0.1)
         seen = await consume_all(namesrv, settle_s=3 * TIMEOUT_MS / 1000)
     assert seen == Counter(
-        {b"commit": 1, b"unknown": 1, b"blocking": 1, b"follower down": 1, b"orphan": 1}
+        {
+            b"commit": 1,
+            b"unknown": 1,
+            b"blocking": 1,
+            b"follower down": 1,
+            b"orphan": 1,
+            b"sync, follower down": 1,
+        }
     )
+    assert plain.status is SendStatus.SEND_OK  # not SLAVE_NOT_AVAILABLE: a quorum is enough
     states = {body: r.local_state for body, r in results.items()}
     assert states == {
         b"commit": COMMIT,
@@ -188,3 +200,46 @@ async def test_transaction_producers_end_to_end(cluster: LocalCluster) -> None:
 def _run_in_thread(fn: Any) -> str:
     fn()
     return threading.current_thread().name
+
+
+class KillingLedger(Ledger):
+    """A Ledger whose local transaction first kills the group's leader (SIGKILL): the half is
+    stored, its END_TRANSACTION not sent yet."""
+
+    def __init__(self, plan: dict[bytes, str], cluster: LocalCluster) -> None:
+        super().__init__(plan)
+        self.cluster = cluster
+        self.killed: list[str] = []
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        leader = self.cluster.leader_name(GROUP_NAME)
+        assert leader is not None
+        self.cluster.kill(leader)
+        self.killed.append(leader)
+        return super().execute_local_transaction(msg, arg)
+
+
+async def test_a_leader_killed_between_half_and_commit_loses_nothing(
+    cluster: LocalCluster,
+) -> None:
+    """The leader gets SIGKILL inside the local transaction, after its half message is stored
+    and before the commit: the commit reaches a surviving replica (forwarded to the new
+    leader), or the new leader's check settles it; either way the message is delivered once."""
+    namesrv, topic = cluster.namesrv_addr, "OrdersKilled"
+    async with open_instance(namesrv) as admin:
+        await create_topic(admin, cluster, topic, QUEUES)
+    ledger = KillingLedger({b"killed": "commit"}, cluster)
+    try:
+        async with AsyncTransactionProducer(PRODUCER_GROUP, namesrv, ledger) as producer:
+            message = Message(topic, b"killed")
+            result = await producer.send_message_in_transaction(message, ("arg", b"killed"))
+            with trio.fail_after(WAIT_S):  # by the forwarded commit, or by a check
+                while not await consume_all(namesrv, settle_s=0.5, topic=topic):
+                    pass
+            # a second copy would come within a check interval or two
+            seen = await consume_all(namesrv, settle_s=3 * TIMEOUT_MS / 1000, topic=topic)
+    finally:
+        for name in ledger.killed:
+            cluster.start(name)
+    assert result.ok and result.local_state is COMMIT and len(ledger.killed) == 1
+    assert seen == Counter({b"killed": 1})

@@ -8,7 +8,8 @@ What must hold (docs/decisions.md "Transactions are resolved once across a failo
 committed half reaches its topic exactly once and no rolled-back one ever does, whatever leaders
 are killed between the half and its end, whoever proposes the same commit again; a half that is
 never resolved is checked exactly transactionCheckMax times in the log in all, spaced by the
-interval, across leader changes, then discarded.
+interval, across leader changes, then discarded; a half's CHECK_IMMUNITY_TIME_IN_SECONDS holds
+for the leaders after the one that stored it.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ def clock_ms() -> int:
     return BASE_MS + int(trio.current_time() * 1000)
 
 
-def half_record(n: int) -> bytes:
+def half_record(n: int, **extra: str) -> bytes:
     """Transaction n's half message as a send stores it (real queue n % QUEUES)."""
-    properties = half_properties({"UNIQ_KEY": f"t{n}"}, TOPIC, n % QUEUES, PRODUCER_GROUP)
+    sent = {"UNIQ_KEY": f"t{n}", **extra}
+    properties = half_properties(sent, TOPIC, n % QUEUES, PRODUCER_GROUP)
     return stored_message.pack(
         queue_id=HALF_QUEUE_ID,
         flag=0,
@@ -252,6 +254,32 @@ async def test_unresolved_halves_are_checked_check_max_times_in_all_then_discard
         assert ends[offset][0] == "discard"  # first end: the discard
         assert cluster.checks[key] <= config.check_max  # sent: at most that many
     assert sum(cluster.checks.values()) >= len(offsets)  # checks were sent
+
+
+async def test_a_halfs_immunity_holds_across_leaders(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """CHECK_IMMUNITY_TIME_IN_SECONDS=10 against a timeout of 1 s: the leader that stored the
+    half dies before the 10 s are up, and the next one still waits them out (the immunity is
+    part of the replicated progress); the plain half beside it is checked after 1 s."""
+    config = CheckConfig(timeout_ms=1000, interval_ms=1000, check_max=2)
+    async with checked_group(tmp_path, config) as cluster:
+        group = cluster.group
+        stored_ms = clock_ms()
+        await group.append([half_record(0, CHECK_IMMUNITY_TIME_IN_SECONDS="10"), half_record(1)])
+        await trio.sleep(3.0)
+        leader = await group.wait_for_leader()
+        await cluster.kill(leader)
+        await trio.sleep(1.0)
+        await cluster.start(leader)
+        await wait_settled(group)  # nobody answers: both are discarded after 2 checks
+        leader = await group.wait_for_leader()
+        offsets = {k: h.queue_offset for k, h in halves(states(group)[leader]).items()}
+        recorded, _ = recorded_checks(group, leader)
+    immune, plain = recorded[offsets["t0"]], recorded[offsets["t1"]]
+    assert stored_ms + 1000 <= plain[0] < stored_ms + 3000  # before the kill
+    assert immune[0] >= stored_ms + 10_000  # by a later leader, after its immunity
+    assert len(immune) == len(plain) == config.check_max
 
 
 def recorded_checks(

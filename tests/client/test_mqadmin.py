@@ -315,6 +315,21 @@ def test_send_and_query_messages(n: str) -> None:
     assert (
         mqadmin("queryMsgByKey", "-t", "MsgTopic", "-k", "nope", "--json", namesrv=n).json() == []
     )
+    # within a time range (the IndexFile keeps whole seconds, as RocketMQ's), and the newest N
+    both = mqadmin("queryMsgByKey", "-t", "MsgTopic", "-k", "order-1", "--json", namesrv=n).json()
+    newest, oldest = (f["message"]["store_timestamp_ms"] for f in both)
+    for window, wanted in [
+        (("-b", str(oldest - 2000), "-e", str(newest + 1000)), [second["msg_id"], uniq]),
+        (("-b", str(newest + 1000)), []),
+        (("-e", str(oldest - 2000)), []),
+        (("-m", "1"), [second["msg_id"]]),
+    ]:
+        found = mqadmin(
+            "queryMsgByKey", "-t", "MsgTopic", "-k", "order-1", *window, "--json", namesrv=n
+        ).json()
+        assert [f["message"]["msg_id"] for f in found] == wanted, window
+    too_many = mqadmin("queryMsgByKey", "-t", "MsgTopic", "-k", "order-1", "-m", "65", namesrv=n)
+    assert too_many.code == 2 and "65" in too_many.err
 
     # by queue offset
     at = mqadmin(
@@ -479,6 +494,9 @@ def test_broker_status_and_config(cluster: LocalCluster, n: str) -> None:
     lines = mqadmin("brokerStatus", "-b", leader, namesrv=n).lines()
     status = {k.strip(): v.strip() for k, v in (line.split(": ", 1) for line in lines)}
     assert status["brokerName"] == "broker-a" and status["raftRole"] == "leader"
+    # pending half messages of transactions (none here: the count and the oldest's age)
+    assert status["transactionHalfPending"] == "0"
+    assert status["transactionHalfOldestAgeMs"] == "0"
     everyone = mqadmin("brokerStatus", "-c", CLUSTER, "--json", namesrv=n).json()
     assert sorted(s["address"] for s in everyone) == sorted(
         a for g in GROUPS for a in cluster.broker_addresses(g)

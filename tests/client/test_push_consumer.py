@@ -22,13 +22,15 @@ from client.consumer_requests import ConsumerRequests
 from client.errors import NoRouteError
 from client.instance import ClientInstance, local_ip, open_instance
 from client.listeners import ConsumeStatus
-from client.message import MessageExt, MessageQueue
+from client.message import Message, MessageExt, MessageQueue
 from client.offset_store import offset_file_path, read_offset_file
 from client.process_queue import FlowLimits
+from client.producer import AsyncProducer
 from client.pull_consumer import AsyncPullConsumer
 from client.push_consumer import AsyncPushConsumer, PushConsumer
 from tests.client.cluster_tools import Sent, create_topic, send
 from tests.client.consuming import Delivery, Recorder, partition, shares, started, wait_for
+from tests.client.test_mqadmin import mqadmin_async
 
 CONSUME_S = 30.0  # every message consumed within this
 REBALANCE_BOUND_S = 10.0  # the behaviour check; the target is 3 s (printed)
@@ -120,6 +122,41 @@ async def test_a_tag_expression_delivers_only_its_tags(live_cluster: LocalCluste
             await trio.sleep(0.5)
         assert recorder.unique() == wanted
         assert {d.message.tags for d in recorder.deliveries} == {"TagA", "TagB"}
+
+
+async def test_an_sql92_expression_delivers_exactly_its_matches(live_cluster: LocalCluster) -> None:
+    """`a between 0 and 3` over a mixed stream (a from -2 to 6, not a number, missing): the push
+    consumer gets exactly the messages with a in 0..3, and so does a pull consumer's pull."""
+    ns, topic = live_cluster.namesrv_addr, "PushSql"
+    values: list[str | None] = [str(v) for v in range(-2, 7)] + ["x", None, "3.0", "0"]
+    recorder = Recorder()
+    async with open_instance(ns) as instance:
+        await create_topic(instance, live_cluster, topic, 2)
+    consumer = AsyncPushConsumer("cg_push_sql", ns)
+    consumer.subscribe(topic, "a between 0 and 3", expression_type="SQL92")
+    consumer.register_listener(recorder.concurrent("m"))
+    wanted: set[str] = set()
+    async with consumer, AsyncProducer("pg_push_sql", ns) as producer:
+        for n, value in enumerate(values * 2):
+            properties = {} if value is None else {"a": value}
+            result = await producer.send(Message(topic, b"m%d" % n, properties=properties))
+            if value is not None and value != "x" and 0 <= float(value) <= 3:
+                wanted.add(result.msg_id)
+        await wait_for(lambda: recorder.unique() >= wanted, CONSUME_S, "a in 0..3")
+        await trio.sleep(0.5)  # the others were sent before the last match: none may come
+    assert recorder.unique() == wanted and len(wanted) == 2 * 6
+    async with AsyncPullConsumer("cg_pull_sql", ns) as puller:
+        pulled = set()
+        for queue in await puller.fetch_queues(topic):
+            offset = 0
+            while True:
+                result = await puller.pull(queue, offset, expression="a between 0 and 3",
+                                           expression_type="SQL92")  # fmt: skip
+                pulled.update(m.msg_id for m in result.messages)
+                if result.next_begin_offset == offset:
+                    break
+                offset = result.next_begin_offset
+    assert pulled == wanted
 
 
 async def test_two_broadcasting_consumers_each_get_every_message(
@@ -226,6 +263,8 @@ async def test_reconsume_later_gives_messages_back_through_the_retry_topic(
                         await trio.sleep(0.1)
             dead = [m for q in dlq for m in (await reader.pull(q, 0)).messages]
         assert [m.body for m in dead] == [b"r-2"]
+        printed = await mqadmin_async("printMsg", "-t", "%DLQ%" + group, "--json", namesrv=ns)
+        assert [f["message"]["body"] for f in printed.json()] == ["r-2"]  # mqadmin reads it too
 
 
 async def test_failures_in_broadcasting_mode_are_retried_locally(

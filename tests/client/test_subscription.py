@@ -42,6 +42,19 @@ def test_heartbeat_data_as_java_writes_it() -> None:
     assert Subscription.parse("T").heartbeat_data()["subString"] == "*"
 
 
+def test_an_sql92_subscription_is_the_brokers_to_filter() -> None:
+    sub = Subscription.parse("T", " a BETWEEN 0 AND 3 ", "SQL92")
+    assert sub.expression == "a BETWEEN 0 AND 3" and sub.expression_type == "SQL92"
+    assert sub.matches("TagA") and sub.matches(None)  # the broker sent only matches
+    data = sub.heartbeat_data()
+    assert data["expressionType"] == "SQL92" and data["subString"] == "a BETWEEN 0 AND 3"
+    assert data["tagsSet"] == [] and data["codeSet"] == []
+    with pytest.raises(ValueError, match="needs an expression"):
+        Subscription.parse("T", " ", "SQL92")
+    with pytest.raises(ValueError, match="expression type 'XPATH'"):
+        Subscription.parse("T", "a = 1", "XPATH")
+
+
 def raw(code: int, tags: list[str | None]) -> RawPull:
     messages = [message(Q, n, tags=t) for n, t in enumerate(tags)]
     return RawPull(code, len(tags), 0, 10, 0, messages, "127.0.0.1:1")
