@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
 from dledger.client import AppendFailed, ClientError, DLedgerClient, OutcomeUnknown
-from dledger.node import Node
+from dledger.node import AppendReply, Node
 from dledger.wire import Status
 
 log = logging.getLogger("broker.writes")
@@ -69,11 +69,29 @@ class Written:
     through_leader: bool  # False: forwarded to another replica
 
 
+@attrs.define(eq=False)
+class _Waiter:
+    """One write proposed here: woken by its answer or by any change of role or leader."""
+
+    event: trio.Event = attrs.Factory(trio.Event)
+    answer: AppendReply | None = None
+
+    def reply(self, status: Status, message: str, fields: dict[str, Any]) -> None:
+        self.answer = AppendReply(status, message, fields)
+        self.event.set()
+
+
 class WritePath:
     def __init__(self, node: Node, client: DLedgerClient) -> None:
         self.node = node
         self.client = client
         self.forwarded = 0
+        self._waiters: set[_Waiter] = set()
+        node.on_role_change(self._wake_waiters)
+
+    def _wake_waiters(self, _role: object) -> None:
+        for waiter in self._waiters:
+            waiter.event.set()
 
     async def append(self, bodies: Sequence[bytes], timeout_s: float) -> Written:
         """Append `bodies` as consecutive entries (all or none) and return once committed."""
@@ -81,9 +99,7 @@ class WritePath:
         while True:
             node = self.node
             if node.accepting_appends:
-                reply = await self._until_given_up(
-                    node.append(bodies), deadline, self._leaderless_too_long
-                )
+                reply = await self._append_here(node, bodies, deadline)
                 if reply is None:
                     raise WriteUnknown(self._why_given_up(deadline, "committed"))
                 if reply.status is Status.OK:
@@ -105,6 +121,35 @@ class WritePath:
             if remaining <= 0:
                 raise WriteFailed("no leader elected within the timeout")
             return await self._forward(bodies, deadline)
+
+    async def _append_here(
+        self, node: Node, bodies: Sequence[bytes], deadline: float
+    ) -> AppendReply | None:
+        """The answer of an append proposed here, or None at the deadline or once this replica
+        has known no leader for LEADERLESS_WAIT_S. The common case, an answer within
+        milliseconds, costs one event and one cancel scope: no task is started per write."""
+        waiter = _Waiter()
+        node.submit_append(bodies, waiter.reply)
+        self._waiters.add(waiter)
+        try:
+            leaderless_since: float | None = None
+            while waiter.answer is None:
+                now = trio.current_time()
+                until = deadline
+                if node.leader is None:
+                    leaderless_since = now if leaderless_since is None else leaderless_since
+                    until = min(deadline, leaderless_since + LEADERLESS_WAIT_S)
+                else:
+                    leaderless_since = None
+                if now >= until:
+                    return None
+                with trio.move_on_at(until):
+                    await waiter.event.wait()
+                if waiter.answer is None and waiter.event.is_set():
+                    waiter.event = trio.Event()  # woken by a role change: look again
+            return waiter.answer
+        finally:
+            self._waiters.discard(waiter)
 
     async def _forward(self, bodies: Sequence[bytes], deadline: float) -> Written:
         node = self.node
