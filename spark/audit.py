@@ -20,7 +20,19 @@ from collections.abc import Sequence
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from spark import history, job, jvm_archive, layout, report, session
+from spark import (
+    broker_formats,
+    broker_job,
+    broker_layout,
+    broker_read,
+    history,
+    job,
+    jvm_archive,
+    layout,
+    report,
+    session,
+)
+from spark.broker_history import read as read_broker_history
 from spark.progress import Progress
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -54,6 +66,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="local[*]",
         help="Spark master: local[*] (default), local[N], spark://host:7077",
     )
+    parser.add_argument(
+        "--index-slots",
+        type=int,
+        default=broker_formats.INDEX_SLOTS_DEFAULT,
+        help="broker stores: IndexFile hash slots, as the brokers' --index-slots (maxHashSlotNum)",
+    )
+    parser.add_argument(
+        "--index-items",
+        type=int,
+        default=broker_formats.INDEX_ITEMS_DEFAULT,
+        help="broker stores: IndexFile items, as the brokers' --index-items (maxIndexNum)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
 
@@ -74,6 +98,13 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
     started = time.monotonic()
     try:
         replicas = layout.discover(args.stores)
+        stores = broker_layout.discover(replicas)
+        broker_history = None
+        if stores and args.history:
+            broker_history = read_broker_history(args.history)
+        broker = broker_job.BrokerInputs(
+            stores, broker_history, broker_read.IndexGeometry(args.index_slots, args.index_items)
+        )
         os.makedirs(args.out, exist_ok=True)
         # a large history is read by worker processes from here on, while the JVM starts
         reading = history.Reading(args.history) if args.history else None
@@ -114,7 +145,9 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
             )
             if acked is not None:
                 progress.step(f"read {len(acked)} acknowledged appends from the history")
-            outcome = job.run(spark, replicas, acked, os.path.abspath(args.out), progress)
+            outcome = job.run(
+                spark, replicas, acked, os.path.abspath(args.out), progress, broker=broker
+            )
     finally:
         if owned:
             spark.stop()
