@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark import checks
+from spark.broker_formats import SCHEDULE_TOPICS
 from spark.checks import ERROR, NOTE, UNREADABLE, finding
 
 STORE_SCHEMA = (
@@ -339,7 +340,7 @@ def messages_in_queues(
                     "%s is in %d ConsumeQueue slots: queue offsets %s",
                     where,
                     F.col("slots"),
-                    F.array_join(F.array_sort("at"), ", "),
+                    F.array_join(F.array_sort("at").cast("array<string>"), ", "),
                 ),
                 file=file,
                 position=byte % size,
@@ -349,17 +350,26 @@ def messages_in_queues(
 
 
 def _minority(rows: DataFrame, key: list[str], version: list[str]) -> DataFrame:
-    """Rows whose `version` columns are not the most common among the rows of their `key`
-    (ties go to the smallest version): the replicas that disagree with the others."""
+    """Rows whose `version` columns are not those most rows of their `key` hold: the replicas
+    that disagree with the others. When two versions tie for most holders (two replicas
+    holding it, say), no one is the majority and every holder is returned. `major_*` and
+    `holders`: the version compared against (the smallest of a tie) and how many hold it."""
     counted = rows.groupBy(*key, *version).agg(F.count("*").alias("holders"))
     rank = Window.partitionBy(*key).orderBy(F.desc("holders"), *version)
-    best = counted.withColumn("r", F.row_number().over(rank)).where(F.col("r") == 1)
-    majority = best.select(*key, *[F.col(v).alias(f"major_{v}") for v in version], "holders")
-    others = rows.join(majority, key)
-    differs = F.lit(False)
+    by_key = Window.partitionBy(*key)
+    best = (
+        counted.withColumn("r", F.row_number().over(rank))
+        .withColumn("top", F.max("holders").over(by_key))
+        .withColumn("tied", F.sum(F.when(F.col("holders") == F.col("top"), 1)).over(by_key))
+        .where(F.col("r") == 1)
+    )
+    majority = best.select(
+        *key, *[F.col(v).alias(f"major_{v}") for v in version], "holders", "tied"
+    )
+    differs = F.col("tied") > 1
     for v in version:
         differs = differs | ~F.col(v).eqNullSafe(F.col(f"major_{v}"))
-    return others.where(differs)
+    return rows.join(majority, key).where(differs)
 
 
 def divergent_units(units: DataFrame) -> DataFrame:
@@ -413,15 +423,13 @@ def index_structure(index: DataFrame, headers: DataFrame) -> DataFrame:
         F.col("slot").alias("target_slot"),
     )
     counts = headers.select("group", "replica", "file", "index_count")
-    slots = (
+    key = ["group", "replica", "file", "target"]
+    slot_rows = (
         index.where(F.col("what") == "slot")
         .join(F.broadcast(counts), ["group", "replica", "file"])
-        .join(items, ["group", "replica", "file"], "left_outer")
-        .where(F.col("target").isNull() | (F.col("target") == F.col("head")))
-    )
-    # a slot joins its head item, or (left outer with no head match) stands alone: keep one
-    slot_rows = slots.groupBy("group", "replica", "file", "number", "file_position", "head").agg(
-        F.max("target_slot").alias("head_slot"), F.max("index_count").alias("index_count")
+        .withColumn("target", F.col("head"))
+        .join(items, key, "left")
+        .withColumnRenamed("target_slot", "head_slot")
     )
     bad_slot = slot_rows.where(
         (F.col("head") < 1)
@@ -429,14 +437,12 @@ def index_structure(index: DataFrame, headers: DataFrame) -> DataFrame:
         | F.col("head_slot").isNull()
         | (F.col("head_slot") != F.col("number"))
     )
-    prev = (
+    item_rows = (
         _items(index)
-        .join(items, ["group", "replica", "file"], "left_outer")
-        .where(F.col("target").isNull() | (F.col("target") == F.col("prev_index")))
+        .withColumn("target", F.col("prev_index"))
+        .join(items, key, "left")
+        .withColumnRenamed("target_slot", "prev_slot")
     )
-    item_rows = prev.groupBy(
-        "group", "replica", "file", "number", "file_position", "slot", "prev_index"
-    ).agg(F.max("target_slot").alias("prev_slot"))
     bad_prev = item_rows.where(
         (F.col("prev_index") < 0)
         | (F.col("prev_index") >= F.col("number"))
@@ -729,32 +735,45 @@ def history_findings(
 ) -> DataFrame:
     """With a broker chaos history: every acknowledged send is in its group's committed log
     (`lost_message` when not), at the queue and queue offset its SEND_OK named
-    (`ack_misplaced` when no copy is there); copies beyond the first are counted
-    (`duplicate_message`, a note: a retried send may be stored twice); every consumed message
-    was stored at the queue offset the consumer got it from (`consumed_not_stored`)."""
+    (`ack_misplaced` when no record of it is there: a delayed message's SEND_OK names the
+    queue offset of its schedule record, in SCHEDULE_TOPIC_XXXX, beside the queue id asked
+    for, and its delivery is a second record, in the topic); records in its topic beyond the first are counted (`duplicate_message`, a note: a
+    retried send may be stored twice); every consumed message was stored at the queue offset
+    the consumer got it from (`consumed_not_stored`)."""
     stored = _stored(messages, commits).withColumnRenamed("body_digest", "digest")
+    here = F.col("s_topic") == F.col("topic")
     copies = (
         acked.join(
-            stored.withColumnRenamed("queue_id", "s_queue_id").withColumnRenamed(
-                "queue_offset", "s_queue_offset"
+            stored.select(
+                "group",
+                "digest",
+                "index",
+                F.col("topic").alias("s_topic"),
+                F.col("queue_id").alias("s_queue_id"),
+                F.col("queue_offset").alias("s_queue_offset"),
             ),
-            ["group", "topic", "digest"],
+            ["group", "digest"],
             "left",
         )
         .groupBy(*acked.columns)
         .agg(
-            F.count("index").alias("copies"),
+            F.count("index").alias("records"),
+            F.count(F.when(here, F.col("index"))).alias("copies"),
             F.min("index").alias("index"),
             F.max(
-                (F.col("s_queue_id") == F.col("queue_id"))
-                & (F.col("s_queue_offset") == F.col("queue_offset"))
+                (F.col("s_queue_offset") == F.col("queue_offset"))
+                & (
+                    (F.col("s_queue_id") == F.col("queue_id"))
+                    | F.col("s_topic").isin(*SCHEDULE_TOPICS)
+                )
             ).alias("in_place"),
             F.array_join(
                 F.array_sort(
                     F.collect_list(
                         F.format_string(
-                            "index %d (queue %d, offset %d)",
+                            "index %d (%s queue %d, offset %d)",
                             "index",
+                            "s_topic",
                             "s_queue_id",
                             "s_queue_offset",
                         )
@@ -782,13 +801,13 @@ def history_findings(
     return checks.union(
         [
             finding(
-                copies.where(F.col("copies") == 0),
+                copies.where(F.col("records") == 0),
                 "lost_message",
                 ERROR,
                 F.concat(said, F.lit("; no committed message of the group holds it")),
             ),
             finding(
-                copies.where((F.col("copies") > 0) & ~F.col("in_place")),
+                copies.where((F.col("records") > 0) & ~F.col("in_place")),
                 "ack_misplaced",
                 ERROR,
                 F.concat(said, F.lit("; the log holds it at "), F.col("where")),

@@ -44,6 +44,7 @@ class BrokerPart:
 
     findings: DataFrame
     cached: list[DataFrame]  # messages, units, index: unpersisted by `tables`
+    counted: dict[tuple[str, str], dict[str, int]]  # (group, replica) -> rows of each kind
 
 
 def _driver_findings(
@@ -184,7 +185,19 @@ def run(
         acked = frames.local(spark, history.acked, ACKED_SCHEMA)
         consumed = frames.local(spark, history.consumed, CONSUMED_SCHEMA)
         parts.append(broker_checks.history_findings(acked, consumed, messages, commits))
-    return BrokerPart(checks.union(parts), [messages, units, index])
+    # read each once, now: every check scans them again, from the cache
+    counted: dict[tuple[str, str], dict[str, int]] = {s.key: {} for s in stores}
+    for name, frame in (
+        ("messages", messages.where(F.col("body_kind") == "message")),
+        ("units", units.where(F.col("io_error").isNull())),
+        ("index_items", index.where(F.col("what") == "item")),
+    ):
+        for row in frame.groupBy("group", "replica").count().collect():
+            counted[(row["group"], row["replica"])][name] = int(row["count"])
+    progress.step(
+        f"broker stores read: {sum(c.get('messages', 0) for c in counted.values())} messages"
+    )
+    return BrokerPart(checks.union(parts), [messages, units, index], counted)
 
 
 def _cq_file_bytes(stores: Sequence[BrokerStore], group: str) -> int:
@@ -198,15 +211,7 @@ def tables(part: BrokerPart, inputs: BrokerInputs) -> dict[str, Any]:
     """Counts per replica, the last consumer offsets per group, and the history's counts;
     releases the cached frames."""
     stores, history = inputs.stores, inputs.history
-    messages, units, index = part.cached
-    counted: dict[tuple[str, str], dict[str, int]] = {s.key: {} for s in stores}
-    for name, frame in (
-        ("messages", messages.where(F.col("body_kind") == "message")),
-        ("units", units.where(F.col("io_error").isNull())),
-        ("index_items", index.where(F.col("what") == "item")),
-    ):
-        for row in frame.groupBy("group", "replica").count().collect():
-            counted[(row["group"], row["replica"])][name] = int(row["count"])
+    counted = part.counted
     for frame in part.cached:
         frame.unpersist()
     replicas = []

@@ -127,7 +127,7 @@ class StoreFiles:
             f = self.fs.open_input_file(posixpath.join(self.root, name))
             self._open[name] = f
         have = max(0, min(length, size - at))
-        data = f.read_at(have, at).to_pybytes() if have else b""
+        data = bytes(f.read_at(have, at)) if have else b""
         return data + bytes(length - len(data))
 
 
