@@ -69,17 +69,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--index-slots",
         type=int,
-        default=broker_formats.INDEX_SLOTS_DEFAULT,
-        help="broker stores: IndexFile hash slots, as the brokers' --index-slots (maxHashSlotNum)",
+        help="broker stores: IndexFile hash slots, as the brokers' --index-slots (maxHashSlotNum); "
+        "default: inferred from the files (RocketMQ's 5000000 for files of its default size)",
     )
     parser.add_argument(
         "--index-items",
         type=int,
-        default=broker_formats.INDEX_ITEMS_DEFAULT,
-        help="broker stores: IndexFile items, as the brokers' --index-items (maxIndexNum)",
+        help="broker stores: IndexFile items, as the brokers' --index-items (maxIndexNum); "
+        "default: inferred, as --index-slots",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
+
+
+def index_geometry(
+    args: argparse.Namespace, stores: Sequence[broker_layout.BrokerStore]
+) -> broker_read.IndexGeometry | None:
+    """The IndexFile geometry the flags give, or (neither given) the one the files show."""
+    if args.index_slots is None and args.index_items is None:
+        return broker_read.infer_geometry(stores)
+    return broker_read.IndexGeometry(
+        args.index_slots or broker_formats.INDEX_SLOTS_DEFAULT,
+        args.index_items or broker_formats.INDEX_ITEMS_DEFAULT,
+    )
 
 
 def _ship_package(spark_context: object) -> None:
@@ -102,9 +114,7 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
         broker_history = None
         if stores and args.history:
             broker_history = read_broker_history(args.history)
-        broker = broker_job.BrokerInputs(
-            stores, broker_history, broker_read.IndexGeometry(args.index_slots, args.index_items)
-        )
+        broker = broker_job.BrokerInputs(stores, broker_history, index_geometry(args, stores))
         os.makedirs(args.out, exist_ok=True)
         # a large history is read by worker processes from here on, while the JVM starts
         reading = history.Reading(args.history) if args.history else None

@@ -27,7 +27,7 @@ from spark.checks import ERROR, NOTE, UNREADABLE, finding
 
 STORE_SCHEMA = (
     "group string, replica string, applied_index long, index_end long, start_position long, "
-    "cq_file_bytes long, index_slots long, has_state boolean"
+    "cq_file_bytes long, index_read boolean, has_state boolean"
 )
 QUEUE_LENGTH_SCHEMA = "group string, replica string, topic string, queue_id long, length long"
 INDEX_HEADER_SCHEMA = "group string, replica string, file string, index_count long"
@@ -523,7 +523,9 @@ def index_against_log(index: DataFrame, messages: DataFrame, stores: DataFrame) 
     keyed = (
         _messages(messages)
         .join(
-            F.broadcast(stores.select("group", "replica", "applied_index", "index_end")),
+            F.broadcast(
+                stores.where("index_read").select("group", "replica", "applied_index", "index_end")
+            ),
             ["group", "replica"],
         )
         .select(

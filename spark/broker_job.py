@@ -34,7 +34,7 @@ class BrokerInputs:
 
     stores: list[BrokerStore]
     history: BrokerHistory | None
-    geometry: broker_read.IndexGeometry
+    geometry: broker_read.IndexGeometry | None  # None: no file told it (broker_read.infer_geometry)
 
 
 @attrs.frozen
@@ -48,10 +48,11 @@ class BrokerPart:
 
 
 def _driver_findings(
-    stores: Sequence[BrokerStore], geometry: broker_read.IndexGeometry
+    stores: Sequence[BrokerStore], geometry: broker_read.IndexGeometry | None
 ) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
     """Findings about whole files (sizes, IndexFile headers) and the header rows of the
-    IndexFiles that are read."""
+    IndexFiles that are read. Without a geometry no IndexFile can be read: each is
+    unreadable (exit 2)."""
     found: list[dict[str, Any]] = []
     headers: list[tuple[Any, ...]] = []
 
@@ -95,6 +96,16 @@ def _driver_findings(
                     "(created at full size): the file was cut",
                 )
         for f in s.index_files:
+            if geometry is None:
+                add(
+                    s,
+                    "unreadable",
+                    checks.UNREADABLE,
+                    f.name,
+                    f"{s.path(f.name)}: its slot and item counts could not be inferred; pass "
+                    "the brokers' --index-slots and --index-items",
+                )
+                continue
             if f.bytes != geometry.file_bytes:
                 add(
                     s,
@@ -133,7 +144,7 @@ def run(
     spark: SparkSession,
     stores: Sequence[BrokerStore],
     history: BrokerHistory | None,
-    geometry: broker_read.IndexGeometry,
+    geometry: broker_read.IndexGeometry | None,
     group_commits: dict[str, int],
     progress: Progress,
 ) -> BrokerPart:
@@ -146,9 +157,17 @@ def run(
     hashed = {(g, r, name): fewest[(g, name)] for g, r, name, _ in headers}
     messages = broker_read.messages(spark, stores).persist(StorageLevel.MEMORY_AND_DISK)
     units = broker_read.queue_units(spark, stores).persist(StorageLevel.MEMORY_AND_DISK)
-    index = broker_read.index_rows(spark, stores, geometry, hashed).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    index = (
+        broker_read.index_rows(spark, stores, geometry, hashed)
+        if geometry is not None
+        else frames.empty(spark, broker_read.INDEX_SCHEMA)
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    # a replica with an IndexFile that could not be read whole is not asked for every key
+    unread = {
+        (f["group"], f["replica"])
+        for f in found
+        if f["file"] is not None and f["file"].startswith(bf.INDEX_DIR + "/")
+    }
     store_rows = [
         (
             s.replica.group,
@@ -157,7 +176,7 @@ def run(
             s.index_end,
             s.replica.start_position,
             _cq_file_bytes(stores, s.replica.group),
-            geometry.slots,
+            s.key not in unread,
             s.has_state,
         )
         for s in stores

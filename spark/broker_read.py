@@ -346,6 +346,71 @@ class IndexGeometry:
         return bf.index_file_bytes(self.slots, self.items)
 
 
+INFER_FILE_BYTES_MAX = 16 * formats.MiB  # IndexFiles up to this size are read whole to infer
+
+
+def infer_geometry(stores: Sequence[broker_layout.BrokerStore]) -> IndexGeometry | None:
+    """The slot and item counts of the stores' IndexFiles, which no file records (driver side):
+    RocketMQ's defaults when the files have their size, else found from the most common file
+    size and a file holding at least two items, read whole: the one slot count for which item
+    1 is the header's first message (no previous item) and the last item its last. None when
+    no file tells (too large, too few items, or more than one count fits)."""
+    sizes: dict[int, int] = {}
+    for s in stores:
+        for f in s.index_files:
+            sizes[f.bytes] = sizes.get(f.bytes, 0) + 1
+    if not sizes:
+        return IndexGeometry()
+    size = max(sizes, key=lambda b: (sizes[b], b))
+    if size == IndexGeometry().file_bytes:
+        return IndexGeometry()
+    if size > INFER_FILE_BYTES_MAX:
+        return None
+    for s in stores:
+        for f in s.index_files:
+            if f.bytes != size:
+                continue
+            with StoreFiles(s) as files:
+                try:
+                    data = files.read(f.name, 0, size, size)
+                except OSError:
+                    continue
+            found = _geometries_fitting(data)
+            if len(found) == 1:
+                return found[0]
+    return None
+
+
+def _geometries_fitting(data: bytes) -> list[IndexGeometry]:
+    header = bf.IndexHeader.decode(data)
+    n = header.index_count
+    size = len(data)
+    if n < 2:
+        return []
+    slots = np.arange(1, (size - bf.INDEX_HEADER_BYTES) // 4 + 1, dtype=np.int64)
+    rest = size - bf.INDEX_HEADER_BYTES - 4 * slots
+    items = rest // bf.INDEX_ITEM_BYTES
+    fits = (rest % bf.INDEX_ITEM_BYTES == 0) & (items >= n)
+    slots, items = slots[fits], items[fits]
+    raw = np.frombuffer(data, dtype=np.uint8)
+
+    def field(at: np.ndarray, width: int) -> np.ndarray:
+        cols = raw[at[:, None] + np.arange(width)].astype(np.int64)
+        value = np.zeros(len(at), dtype=np.int64)
+        for k in range(width):
+            value = (value << 8) | cols[:, k]
+        return value
+
+    # narrowed one field at a time: the candidates' bytes are gathered only where still fitting
+    items_at = bf.INDEX_HEADER_BYTES + 4 * slots
+    keep = field(items_at + bf.INDEX_ITEM_BYTES + 16, 4) == 0  # item 1 has no previous item
+    slots, items, items_at = slots[keep], items[keep], items_at[keep]
+    keep = field(items_at + bf.INDEX_ITEM_BYTES + 4, 8) == header.begin_phy_offset
+    slots, items, items_at = slots[keep], items[keep], items_at[keep]
+    ok = field(items_at + bf.INDEX_ITEM_BYTES * (n - 1) + 4, 8) == header.end_phy_offset
+    return [IndexGeometry(int(a), int(b)) for a, b in zip(slots[ok], items[ok], strict=True)]
+
+
 def index_rows(
     spark: SparkSession,
     stores: Sequence[broker_layout.BrokerStore],

@@ -32,7 +32,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def healthy(
     spark: SparkSession, built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
-    return run_audit(spark, built[0], tmp_path_factory.mktemp("healthy"), built[1])
+    # the IndexFile geometry inferred from the files, as an operator would run it
+    return run_audit(spark, built[0], tmp_path_factory.mktemp("healthy"), built[1], flags=[])
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +56,14 @@ def broken(
 
 
 def run_audit(
-    spark: SparkSession, stores: Path, out: Path, history: Path | None = None
+    spark: SparkSession,
+    stores: Path,
+    out: Path,
+    history: Path | None = None,
+    flags: list[str] = broker_stores.INDEX_ARGS,
 ) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
     """Exit code, report.json and every finding (findings/)."""
-    argv = ["--stores", str(stores), "--out", str(out), "--quiet", *broker_stores.INDEX_ARGS]
+    argv = ["--stores", str(stores), "--out", str(out), "--quiet", *flags]
     if history is not None:
         argv += ["--history", str(history)]
     code = audit.main(argv, spark=spark)
