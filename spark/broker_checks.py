@@ -700,23 +700,22 @@ def all_broker_findings(
     queue_lengths: DataFrame,
     headers: DataFrame,
     offsets: DataFrame,
-) -> DataFrame:
-    """Every broker rule's findings in one DataFrame."""
-    return checks.union(
-        [
-            message_defects(messages),
-            queue_offset_order(messages),
-            unit_defects(units),
-            units_against_log(units, messages, stores, queue_lengths),
-            messages_in_queues(units, messages, stores, queue_lengths),
-            divergent_units(units),
-            index_structure(index, headers),
-            index_against_log(index, messages, stores),
-            divergent_index_files(index),
-            duplicate_message_ids(messages),
-            consumer_offsets(offsets, queue_lengths),
-        ]
-    )
+) -> list[DataFrame]:
+    """Every broker rule's findings, a DataFrame per rule (broker_job collects them one by
+    one: as one union query they took twice as long to plan and run)."""
+    return [
+        message_defects(messages),
+        queue_offset_order(messages),
+        unit_defects(units),
+        units_against_log(units, messages, stores, queue_lengths),
+        messages_in_queues(units, messages, stores, queue_lengths),
+        divergent_units(units),
+        index_structure(index, headers),
+        index_against_log(index, messages, stores),
+        divergent_index_files(index),
+        duplicate_message_ids(messages),
+        consumer_offsets(offsets, queue_lengths),
+    ]
 
 
 def _stored(messages: DataFrame, commits: DataFrame) -> DataFrame:

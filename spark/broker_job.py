@@ -9,6 +9,7 @@ headers; a file of the wrong size is a finding here and is not read further.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
@@ -22,6 +23,8 @@ from spark.broker_history import ACKED_SCHEMA, CONSUMED_SCHEMA, BrokerHistory
 from spark.broker_layout import BrokerStore
 from spark.progress import Progress
 
+FINDINGS_COLLECT_MAX = 10_000  # a rule's findings collected at once; more stay in Spark
+RULES_AT_ONCE = 4  # rules whose Spark jobs run at the same time (each is a few small stages)
 OFFSETS_SCHEMA = (
     "group string, replica string, consumer_group string, topic string, queue_id long, offset long"
 )
@@ -148,7 +151,8 @@ def run(
     group_commits: dict[str, int],
     progress: Progress,
 ) -> BrokerPart:
-    """The broker findings of `stores` (lazy: evaluated with the audit's other findings)."""
+    """The broker findings of `stores`: each rule run and collected here (unless it finds
+    more than FINDINGS_COLLECT_MAX), as a DataFrame to join the log's findings."""
     progress.step(f"broker stores: {len(stores)} replicas; reading messages, queues, index")
     found, headers = _driver_findings(stores, geometry)
     fewest: dict[tuple[str, str], int] = {}
@@ -193,7 +197,7 @@ def run(
     headers_df = frames.local(spark, headers, broker_checks.INDEX_HEADER_SCHEMA)
     parts = [
         frames.local(spark, found, checks.FINDING_SCHEMA),
-        broker_checks.all_broker_findings(
+        *broker_checks.all_broker_findings(
             messages, units, index, stores_df, lengths, headers_df, offsets
         ),
     ]
@@ -216,7 +220,25 @@ def run(
     progress.step(
         f"broker stores read: {sum(c.get('messages', 0) for c in counted.values())} messages"
     )
-    return BrokerPart(checks.union(parts), [messages, units, index], counted)
+    findings = _collected(spark, parts)
+    progress.step("broker rules checked")
+    return BrokerPart(findings, [messages, units, index], counted)
+
+
+def _collected(spark: SparkSession, parts: Sequence[DataFrame]) -> DataFrame:
+    """The findings of every rule, each rule's collected on its own when few (the usual
+    case), so they join the log's findings as one small relation; a rule with more than
+    FINDINGS_COLLECT_MAX stays a lazy DataFrame in the union."""
+    rows: list[dict[str, Any]] = []
+    many: list[DataFrame] = []
+    with ThreadPoolExecutor(RULES_AT_ONCE) as pool:  # small jobs: Spark runs them side by side
+        collected = list(pool.map(lambda p: p.limit(FINDINGS_COLLECT_MAX + 1).collect(), parts))
+    for part, got in zip(parts, collected, strict=True):
+        if len(got) > FINDINGS_COLLECT_MAX:
+            many.append(part)
+        else:
+            rows.extend(row.asDict() for row in got)
+    return checks.union([frames.local(spark, rows, checks.FINDING_SCHEMA), *many])
 
 
 def _cq_file_bytes(stores: Sequence[BrokerStore], group: str) -> int:

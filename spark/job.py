@@ -321,15 +321,7 @@ def _run(
         part = broker_job.run(
             spark, broker.stores, broker.history, broker.geometry, commits, progress
         )
-        # the broker's findings are few unless a store is badly broken: collected first, they
-        # join the log's as a small relation, and merging runs does not plan their checks twice
-        rows = part.findings.limit(FINDINGS_COLLECT_MAX + 1).collect()
-        broker_findings = part.findings
-        if len(rows) <= FINDINGS_COLLECT_MAX:
-            broker_findings = frames.local(
-                spark, [row.asDict() for row in rows], checks.FINDING_SCHEMA
-            )
-        findings = checks.union([findings, broker_findings])
+        findings = checks.union([findings, part.findings])
     findings = checks.merge_runs(findings)
     # one action: a store with few findings (the usual case) has them all on the driver at once
     few = findings.limit(FINDINGS_COLLECT_MAX + 1).collect()
