@@ -72,7 +72,9 @@ def run_audit(
         for path in sorted((out / "findings").glob("*.json"))
         for line in path.read_text().splitlines()
     ]
-    return code, json.loads((out / "report.json").read_text()), found
+    report = json.loads((out / "report.json").read_text())
+    report["out"] = str(out)  # for the test: where report.html is
+    return code, report, found
 
 
 def at(found: list[dict[str, Any]], kind: str) -> set[tuple[str | None, str | None]]:
@@ -156,6 +158,9 @@ def test_the_cluster_s_stores_pass(
     assert broker["consumer_offsets"][broker_stores.GROUP] == [
         [broker_stores.CONSUMER_GROUP, broker_stores.TOPIC, 0, 16]
     ]
+    page = (Path(report["out"]) / "report.html").read_text()
+    assert "broker broker-a: derived files" in page
+    assert "broker broker-a: replicated consumer offsets" in page
 
 
 def test_the_broken_copy_exits_1(broken: tuple[int, dict[str, Any], list[dict[str, Any]]]) -> None:
