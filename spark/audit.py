@@ -20,7 +20,19 @@ from collections.abc import Sequence
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from spark import history, job, jvm_archive, layout, report, session
+from spark import (
+    broker_formats,
+    broker_job,
+    broker_layout,
+    broker_read,
+    history,
+    job,
+    jvm_archive,
+    layout,
+    report,
+    session,
+)
+from spark.broker_history import read as read_broker_history
 from spark.progress import Progress
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -54,8 +66,32 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="local[*]",
         help="Spark master: local[*] (default), local[N], spark://host:7077",
     )
+    parser.add_argument(
+        "--index-slots",
+        type=int,
+        help="broker stores: IndexFile hash slots, as the brokers' --index-slots (maxHashSlotNum); "
+        "default: inferred from the files (RocketMQ's 5000000 for files of its default size)",
+    )
+    parser.add_argument(
+        "--index-items",
+        type=int,
+        help="broker stores: IndexFile items, as the brokers' --index-items (maxIndexNum); "
+        "default: inferred, as --index-slots",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
+
+
+def index_geometry(
+    args: argparse.Namespace, stores: Sequence[broker_layout.BrokerStore]
+) -> broker_read.IndexGeometry | None:
+    """The IndexFile geometry the flags give, or (neither given) the one the files show."""
+    if args.index_slots is None and args.index_items is None:
+        return broker_read.infer_geometry(stores)
+    return broker_read.IndexGeometry(
+        args.index_slots or broker_formats.INDEX_SLOTS_DEFAULT,
+        args.index_items or broker_formats.INDEX_ITEMS_DEFAULT,
+    )
 
 
 def _ship_package(spark_context: object) -> None:
@@ -74,6 +110,11 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
     started = time.monotonic()
     try:
         replicas = layout.discover(args.stores)
+        stores = broker_layout.discover(replicas)
+        broker_history = None
+        if stores and args.history:
+            broker_history = read_broker_history(args.history)
+        broker = broker_job.BrokerInputs(stores, broker_history, index_geometry(args, stores))
         os.makedirs(args.out, exist_ok=True)
         # a large history is read by worker processes from here on, while the JVM starts
         reading = history.Reading(args.history) if args.history else None
@@ -114,7 +155,9 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
             )
             if acked is not None:
                 progress.step(f"read {len(acked)} acknowledged appends from the history")
-            outcome = job.run(spark, replicas, acked, os.path.abspath(args.out), progress)
+            outcome = job.run(
+                spark, replicas, acked, os.path.abspath(args.out), progress, broker=broker
+            )
     finally:
         if owned:
             spark.stop()

@@ -22,7 +22,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark import agreement, checks, frames, layout, read, screen, workers
+from spark import agreement, broker_job, checks, frames, layout, read, screen, workers
 from spark.history import Acked, AckedAppend
 from spark.layout import Replica
 from spark.progress import Progress
@@ -41,6 +41,7 @@ class Outcome:
     entries_checked: int
     tasks: int
     acked: int
+    broker: dict[str, Any] | None = None  # broker_job.tables: the broker stores' tables
 
 
 def _summarise(
@@ -221,6 +222,7 @@ def run(
     progress: Progress,
     *,
     chunk_bits: int | None = screen.CHUNK_BITS_DEFAULT,
+    broker: broker_job.BrokerInputs | None = None,
 ) -> Outcome:
     """The audit. First a screening pass (spark/screen.py) over chunks of 2^chunk_bits indexes
     finds the plainly healthy ones; only the others are read into the entries DataFrame the
@@ -230,7 +232,7 @@ def run(
     every entry is read in detail and every append checked in Spark."""
     warm_up = workers.start(spark)  # while the driver plans the first query
     try:
-        return _run(spark, replicas, acked, out_dir, progress, chunk_bits)
+        return _run(spark, replicas, acked, out_dir, progress, chunk_bits, broker)
     finally:
         warm_up.join()
 
@@ -242,6 +244,7 @@ def _run(
     out_dir: str,
     progress: Progress,
     chunk_bits: int | None,
+    broker: broker_job.BrokerInputs | None = None,
 ) -> Outcome:
     screened, screen_tasks = None, 0
     acked_count = 0 if acked is None else len(acked)
@@ -309,6 +312,16 @@ def _run(
         bucket_bits=bucket_bits,
         rows=detail_tasks > 0,
     )
+    part = None
+    if broker is not None and broker.stores:
+        commits = {row[0]: int(row[-1]) for row in replica_facts}
+        for store in broker.stores:
+            group = store.replica.group
+            commits[group] = max(commits.get(group, 0), store.applied_index)
+        part = broker_job.run(
+            spark, broker.stores, broker.history, broker.geometry, commits, progress
+        )
+        findings = checks.union([findings, part.findings])
     findings = checks.merge_runs(findings)
     # one action: a store with few findings (the usual case) has them all on the driver at once
     few = findings.limit(FINDINGS_COLLECT_MAX + 1).collect()
@@ -316,7 +329,8 @@ def _run(
         counts, examples = _summarise([row.asDict() for row in few], out_dir)
         progress.step(f"{sum(c['count'] for c in counts)} findings")
         entries.unpersist()
-        return Outcome(spans, counts, examples, entries_checked, tasks, acked_count)
+        tables = None if part is None or broker is None else broker_job.tables(part, broker)
+        return Outcome(spans, counts, examples, entries_checked, tasks, acked_count, tables)
     # the union has a partition per input partition of every check: merge them before caching
     findings = findings.coalesce(spark.sparkContext.defaultParallelism).persist()
     counts = [
@@ -341,4 +355,5 @@ def _run(
     )
     findings.unpersist()
     entries.unpersist()
-    return Outcome(spans, counts, examples, entries_checked, tasks, acked_count)
+    tables = None if part is None or broker is None else broker_job.tables(part, broker)
+    return Outcome(spans, counts, examples, entries_checked, tasks, acked_count, tables)

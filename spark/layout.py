@@ -139,7 +139,7 @@ def _search(fs: pafs.FileSystem, directory: str, depth: int) -> Iterable[str]:
 
 
 def _read_manifest(fs: pafs.FileSystem, path: str, local: str) -> list[str]:
-    raw = _read_small(fs, path, local, MANIFEST_BYTES_MAX)
+    raw = read_small(fs, path, local, MANIFEST_BYTES_MAX)
     try:
         stores = json.loads(raw)["stores"]
         assert isinstance(stores, list) and all(isinstance(s, str) for s in stores)
@@ -156,7 +156,7 @@ def _read_manifest(fs: pafs.FileSystem, path: str, local: str) -> list[str]:
     return found
 
 
-def _read_small(fs: pafs.FileSystem, path: str, local: str, bytes_max: int) -> bytes:
+def read_small(fs: pafs.FileSystem, path: str, local: str, bytes_max: int) -> bytes:
     try:
         with fs.open_input_file(local) as f:
             size = f.size()
@@ -173,7 +173,7 @@ def read_replica(store: str) -> Replica:
 
     def state(name: str, magic: bytes) -> dict[str, object]:
         path = posixpath.join(store, STORE_DIR, name)
-        raw = _read_small(fs, path, posixpath.join(local, STORE_DIR, name), STATE_FILE_BYTES_MAX)
+        raw = read_small(fs, path, posixpath.join(local, STORE_DIR, name), STATE_FILE_BYTES_MAX)
         try:
             return formats.decode_state(raw, magic)
         except formats.BadStateFile as err:

@@ -1,7 +1,12 @@
 """report.json (stable keys), report.html (a table per group, a chart) and the stdout summary.
 
 report.json keys, always present: verdict, exit_code, master, stores, history, elapsed_s,
-entries_checked, tasks, groups, replicas, commit_index, findings. `findings` maps every kind
+entries_checked, tasks, groups, replicas, commit_index, findings, broker. `broker` is null
+unless some replica is a broker store; then (spark/broker_job.py `tables`) `replicas` (per
+broker replica: applied_index from its broker-state, messages in its log, queues, cq_files,
+cq_units, index_files, index_items, index_end), `consumer_offsets` (group -> [[consumer group,
+topic, queue, offset]] of its most applied replica) and, with a history, `history`
+(acknowledged_sends, consumed, last_committed_offsets). `findings` maps every kind
 that occurred to {severity, count, examples}; a consistent audit has an empty map.
 """
 
@@ -101,6 +106,7 @@ def build(
         ],
         "commit_index": {name: groups[name]["commit_index"] for name in sorted(groups)},
         "findings": {kind: findings[kind] for kind in sorted(findings)},
+        "broker": outcome.broker,
     }
 
 
@@ -128,6 +134,15 @@ def summary(report: dict[str, Any]) -> str:
             )
             where = "" if e["file"] is None else f" {e['file']} position {e['position']}"
             lines.append(f"      {e['group']}/{e['replica']} {at}{where}: {e['detail']}")
+    broker = report.get("broker")
+    for b in (broker or {}).get("replicas", []):
+        lines.append(f"    broker {b['group']}/{b['replica']}: {broker_line(b)}")
+    if broker and "history" in broker:
+        h = broker["history"]
+        lines.append(
+            f"  broker history: {h['acknowledged_sends']} acknowledged sends, "
+            f"{h['consumed']} consumed messages checked"
+        )
     if report["history"] is not None:
         lines.append(
             f"  history {report['history']['file']}: "
@@ -152,6 +167,16 @@ def replica_line(r: dict[str, Any]) -> str:
             claim += f" {r['first_index']}..{r['last_index']}"
         read += f" (index files claim {claim})"
     return f"{read}, commit {r['commit_index']}"
+
+
+def broker_line(b: dict[str, Any]) -> str:
+    """One broker replica's derived files: "applied 412: 230 messages, 4 queues (236 units in
+    4 files), 2 index files (310 items)"."""
+    applied = "no checkpoint" if b["applied_index"] is None else f"applied {b['applied_index']}"
+    return (
+        f"{applied}: {b['messages']} messages, {b['queues']} queues ({b['cq_units']} units in "
+        f"{b['cq_files']} files), {b['index_files']} index files ({b['index_items']} items)"
+    )
 
 
 def chart_png(report: dict[str, Any]) -> bytes:
@@ -232,6 +257,7 @@ def to_html(report: dict[str, Any]) -> str:
                     ["finding", "severity", "replica", "index", "file", "position", "detail"], found
                 )
             )
+        parts += _broker_html(report, g["group"], table)
     counts = [[k, f["severity"], f["count"]] for k, f in report["findings"].items()]
     parts.append(
         "<h2>findings</h2>"
@@ -244,6 +270,48 @@ def to_html(report: dict[str, Any]) -> str:
     )
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _broker_html(report: dict[str, Any], group: str, table: Any) -> list[str]:
+    """The broker tables of one group: derived files per replica, consumer offsets, and the
+    history's last committed offsets."""
+    broker = report.get("broker")
+    if not broker:
+        return []
+    rows = [
+        [b["replica"], b["applied_index"], b["messages"], b["queues"], b["cq_files"],
+         b["cq_units"], b["index_files"], b["index_items"], b["index_end"]]
+        for b in broker["replicas"]
+        if b["group"] == group
+    ]  # fmt: skip
+    if not rows:
+        return []
+    parts = [
+        f"<h3>broker {html.escape(group)}: derived files</h3>",
+        table(
+            [
+                "replica",
+                "applied",
+                "messages",
+                "queues",
+                "cq files",
+                "cq units",
+                "index files",
+                "index items",
+                "index end",
+            ],
+            rows,
+        ),
+    ]
+    offsets = broker["consumer_offsets"].get(group, [])
+    if offsets:
+        parts.append(f"<h3>broker {html.escape(group)}: replicated consumer offsets</h3>")
+        parts.append(table(["consumer group", "topic", "queue", "offset"], offsets))
+    committed = broker.get("history", {}).get("last_committed_offsets", {}).get(group, [])
+    if committed:
+        parts.append(f"<h3>broker {html.escape(group)}: last committed offsets (history)</h3>")
+        parts.append(table(["consumer group", "topic", "queue", "offset"], committed))
+    return parts
 
 
 def write(report: dict[str, Any], out_dir: str) -> None:

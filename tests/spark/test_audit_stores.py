@@ -230,6 +230,8 @@ def test_a_clean_two_group_store_passes(
             "replicas",
             "commit_index",
             "findings",
+            "broker",
         ]
     )
+    assert report["broker"] is None  # no broker store among them
     assert "CONSISTENT: 390 entries of 6 replicas in 2 groups" in capsys.readouterr().out

@@ -73,3 +73,21 @@ def test_every_audit_command_names_a_function_that_exists() -> None:
     for name in ("dledger-audit", "dledger-audit-prepare"):
         module, function = scripts[name].split(":")
         assert callable(getattr(importlib.import_module(module), function)), name
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_the_audit_reads_no_file_through_the_code_that_wrote_it() -> None:
+    """spark/ parses the log's and the broker's formats itself (spark/formats.py,
+    spark/broker_formats.py): it never imports dledger/, broker/ or remoting/."""
+    for path in sorted(SPARK.glob("*.py")):
+        writers = _top_level_imports(path) & {"dledger", "broker", "remoting"}
+        assert not writers, f"{path.name} imports {sorted(writers)}"
