@@ -206,6 +206,7 @@ def both_ways(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # two whole audits (~60 s): the default run has a 20-minute budget
 def test_the_job_finds_the_same_with_and_without_screening(both_ways: BothWays) -> None:
     screened, with_screen, full, without = attrs.astuple(both_ways, recurse=False)
     assert with_screen == without
@@ -249,6 +250,7 @@ def test_a_store_with_every_chunk_plain_still_gets_the_findings_of_its_facts(
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # shares the two audits above
 def test_the_history_check_finds_the_same_with_and_without_screening(
     both_ways: BothWays,
 ) -> None:
