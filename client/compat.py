@@ -28,6 +28,7 @@ from client.compat_messages import (
     Message,
     MessageModel,
     MessageProperty,
+    NameServerSettings,
     ProducerException,
     ProducerSendAsyncFailed,
     ProducerSendBatchFailed,
@@ -85,7 +86,7 @@ __all__ = [
 log = logging.getLogger("client.compat")
 
 
-class PushConsumer:
+class PushConsumer(NameServerSettings):
     """`PushConsumer(group_id)`, `set_name_server_address`, `subscribe(topic, callback)`,
     `start()`, `shutdown()`. The callback gets one RecvMessage; returning None or
     CONSUME_SUCCESS consumes it, RECONSUME_LATER or an exception has it delivered again."""
@@ -108,17 +109,6 @@ class PushConsumer:
 
     def set_group(self, group_id: str | bytes) -> None:
         self._group = as_text(group_id)
-
-    def set_name_server_address(self, addr: str | bytes) -> None:
-        self._namesrv = as_text(addr)
-
-    set_namesrv_addr = set_name_server_address
-
-    def set_namesrv_domain(self, domain: str | bytes) -> None:
-        raise RocketMQException("name-server domains are not supported: give the addresses")
-
-    def set_session_credentials(self, access_key: Any, access_secret: Any, channel: Any) -> None:
-        raise RocketMQException("ACL credentials are not supported by this client")
 
     def set_message_model(self, model: MessageModel) -> None:
         self._model = MessageModel(model)
@@ -211,7 +201,7 @@ class PushConsumer:
         return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
 
 
-class PullConsumer:
+class PullConsumer(NameServerSettings):
     """0.4.x's pull consumer: `pull(topic)` yields every message from each queue's offset on,
     queue after queue, and remembers how far it got (in memory, per queue)."""
 
@@ -223,17 +213,6 @@ class PullConsumer:
 
     def set_group(self, group_id: str | bytes) -> None:
         self._group = as_text(group_id)
-
-    def set_name_server_address(self, addr: str | bytes) -> None:
-        self._namesrv = as_text(addr)
-
-    set_namesrv_addr = set_name_server_address
-
-    def set_namesrv_domain(self, domain: str | bytes) -> None:
-        raise RocketMQException("name-server domains are not supported: give the addresses")
-
-    def set_session_credentials(self, access_key: Any, access_secret: Any, channel: Any) -> None:
-        raise RocketMQException("ACL credentials are not supported by this client")
 
     def start(self) -> None:
         if self._consumer is None:

@@ -113,6 +113,23 @@ def as_bytes(value: str | bytes) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
 
+class NameServerSettings:
+    """The name-server and credential setters every client class of the binding has."""
+
+    _namesrv: str
+
+    def set_name_server_address(self, addr: str | bytes) -> None:
+        self._namesrv = as_text(addr)
+
+    set_namesrv_addr = set_name_server_address
+
+    def set_namesrv_domain(self, domain: str | bytes) -> None:
+        raise RocketMQException("name-server domains are not supported: give the addresses")
+
+    def set_session_credentials(self, access_key: Any, access_secret: Any, channel: Any) -> None:
+        raise RocketMQException("ACL credentials are not supported by this client")
+
+
 class Message:
     """A message to send: `Message(topic)`, then its setters."""
 

@@ -13,6 +13,7 @@ from client.blocking_transaction_producer import TransactionProducer as _Transac
 from client.compat_messages import (
     DEFAULT_NAMESRV,
     Message,
+    NameServerSettings,
     ProducerSendAsyncFailed,
     ProducerSendBatchFailed,
     ProducerSendOnewayFailed,
@@ -37,7 +38,7 @@ from remoting import properties as props
 log = logging.getLogger("client.compat")
 
 
-class Producer:
+class Producer(NameServerSettings):
     """`Producer(group_id)`, `set_name_server_address(...)` (or `set_namesrv_addr`), `start()`,
     sends, `shutdown()`."""
 
@@ -60,17 +61,6 @@ class Producer:
 
     def set_group(self, group_name: str | bytes) -> None:
         self._group = as_text(group_name)
-
-    def set_name_server_address(self, addr: str | bytes) -> None:
-        self._namesrv = as_text(addr)
-
-    set_namesrv_addr = set_name_server_address
-
-    def set_namesrv_domain(self, domain: str | bytes) -> None:
-        raise RocketMQException("name-server domains are not supported: give the addresses")
-
-    def set_session_credentials(self, access_key: Any, access_secret: Any, channel: Any) -> None:
-        raise RocketMQException("ACL credentials are not supported by this client")
 
     def set_timeout(self, timeout: int) -> None:
         """The send timeout in milliseconds, as the native binding."""
