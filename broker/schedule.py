@@ -47,12 +47,12 @@ from broker import delays
 from broker.consume_queue import Unit
 from broker.delays import SCHEDULE_TOPIC, TIMER_QUEUE_ID, TIMER_TOPIC, Source
 from broker.entries import encode_meta
+from broker.leader_tasks import each_term_led
 from broker.metadata import PERM_READ, PERM_WRITE, Metadata, TopicConfig
 from broker.schedule_progress import DeliveryProgress
 from broker.state import BrokerState
 from dledger.log.errors import LogError
 from dledger.node import Node
-from dledger.raft.events import Role
 from dledger.wire import Status
 from remoting import properties as props
 from remoting import stored_message
@@ -390,16 +390,11 @@ async def supervise(
     now_ms: Callable[[], int] = wall_ms,
 ) -> None:
     """Run a Scheduler for each term this replica leads, cancelled when the term ends."""
-    while True:
-        role = node.role
-        if role.role is not Role.LEADER:
-            await node.wait_role_change()
-            continue
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(Scheduler(state, node, config, now_ms).run, role.term)
-            while node.role.role is Role.LEADER and node.role.term == role.term:
-                await node.wait_role_change()
-            nursery.cancel_scope.cancel()
+
+    async def run(term: int) -> None:
+        await Scheduler(state, node, config, now_ms).run(term)
+
+    await each_term_led(node, run)
 
 
 async def run_schedules(broker: Broker) -> None:

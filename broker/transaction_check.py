@@ -32,12 +32,12 @@ import trio
 
 from broker.clients import ClientRegistry
 from broker.entries import encode_meta
+from broker.leader_tasks import each_term_led
 from broker.state import BrokerState
 from broker.transaction_progress import HOW_DISCARD, HOW_GONE, HalfState, TransactionProgress
 from broker.transactions import HALF_QUEUE_ID, HALF_TOPIC, Check, check_of
 from dledger.log.errors import LogError
 from dledger.node import Node
-from dledger.raft.events import Role
 from dledger.wire import Status
 from remoting import stored_message
 from remoting.codes import RequestCode
@@ -306,17 +306,11 @@ async def supervise(
     now_ms: Callable[[], int] = wall_ms,
 ) -> None:
     """Run a TransactionChecker for each term this replica leads, cancelled when it ends."""
-    while True:
-        role = node.role
-        if role.role is not Role.LEADER:
-            await node.wait_role_change()
-            continue
-        async with trio.open_nursery() as nursery:
-            checker = TransactionChecker(state, node, config, send_check, now_ms)
-            nursery.start_soon(checker.run, role.term)
-            while node.role.role is Role.LEADER and node.role.term == role.term:
-                await node.wait_role_change()
-            nursery.cancel_scope.cancel()
+
+    async def run(term: int) -> None:
+        await TransactionChecker(state, node, config, send_check, now_ms).run(term)
+
+    await each_term_led(node, run)
 
 
 async def run_checks(broker: Broker) -> None:
