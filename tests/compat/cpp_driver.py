@@ -102,22 +102,22 @@ NOT_SENT_RESENDS = 3
 NOT_SENT_PAUSE_S = 0.2
 
 
-def send_sync_resending(producer: Any, message: Any) -> Any:
+def resending(send: Any, *args: Any) -> Any:
     for _ in range(NOT_SENT_RESENDS):
         try:
-            return producer.send_sync(message)
+            return send(*args)
         except Exception as err:
             if NOT_SENT_MARK not in str(err):
                 raise
             time.sleep(NOT_SENT_PAUSE_S)  # let the client's own thread release its table
-    return producer.send_sync(message)
+    return send(*args)
 
 
 def send_sync(args: argparse.Namespace, producer: Any) -> dict[str, Any]:
     sent, errors = [], []
     for seq in range(args.n):
         try:
-            r = send_sync_resending(producer, make_message(args.topic, "sync", seq))
+            r = resending(producer.send_sync, make_message(args.topic, "sync", seq))
             sent.append(
                 {"seq": seq, "status": r.status.name, "msg_id": r.msg_id, "offset": r.offset}
             )
@@ -130,7 +130,7 @@ def send_oneway(args: argparse.Namespace, producer: Any) -> dict[str, Any]:
     errors = []
     for seq in range(args.n):
         try:
-            producer.send_oneway(make_message(args.topic, "oneway", seq))
+            resending(producer.send_oneway, make_message(args.topic, "oneway", seq))
         except Exception as err:
             errors.append({"seq": seq, "error": repr(err)})
     return {"sent": args.n - len(errors), "errors": errors}
@@ -142,7 +142,7 @@ def send_orderly(args: argparse.Namespace, producer: Any) -> dict[str, Any]:
         shard = seq % args.keys
         msg = make_message(args.topic, "orderly", seq, shard=str(shard))
         try:
-            r = producer.send_orderly(msg, shard)
+            r = resending(producer.send_orderly, msg, shard)
             sent.append(
                 {
                     "seq": seq,

@@ -161,7 +161,14 @@ def test_a_push_consumer_that_fails_a_message_gets_it_again_from_the_retry_topic
     uniq_keys = {s["seq"]: s["msg_id"] for s in sent["sent"]}
     first = [m for m in got["received"] if m["reconsume_times"] == 0]
     again = [m for m in got["received"] if m["reconsume_times"] == 1]
-    assert bodies(first) == bodies(again) == {f"sync-{i}" for i in range(n)}
+    # Every message comes back from the retry topic. Not every first delivery reaches the
+    # callback: the binding hands a pulled batch to Python one message at a time and stops at
+    # the first that fails, and the C++ client then sends the whole batch back (its log: "consume
+    # fail ... index is:1"). Batches of two form when the producer's failed attempts (its
+    # transport-lock timeouts) moved its round robin onto fewer queues.
+    everything = {f"sync-{i}" for i in range(n)}
+    assert bodies(again) == everything
+    assert first and bodies(first) <= everything
     for message in again:
         assert_intact(message, "sync")
         assert message["topic"] == topic  # mapped back from %RETRY%cpp_retry_cg
