@@ -135,6 +135,9 @@ class Metadata:
         self.topics: dict[str, TopicConfig] = {}
         self.groups: dict[str, GroupConfig] = {}
         self.offsets: dict[OffsetKey, int] = {}
+        # when the replica that took each offset's commit received it (ms, its clock): a commit
+        # written to the log late (its replica was cut off) never replaces a newer one
+        self.offset_times: dict[OffsetKey, int] = {}
         # queue locks of orderly consumers: (client id, ms of its last (re)lock, the
         # proposer's clock), decided by every replica as the lock entry is applied
         self.locks: dict[LockKey, tuple[str, int]] = {}
@@ -157,6 +160,7 @@ class Metadata:
             self.topics.pop(topic, None)
             for key in [k for k in self.offsets if k[1] == topic]:
                 del self.offsets[key]
+                self.offset_times.pop(key, None)
         elif kind == "group":
             group = GroupConfig.from_row(op["config"])
             self.groups[group.name] = group
@@ -165,9 +169,9 @@ class Metadata:
             self.groups.pop(name, None)
             for key in [k for k in self.offsets if k[0] == name]:
                 del self.offsets[key]
+                self.offset_times.pop(key, None)
         elif kind == "offsets":
-            for group, topic, queue_id, offset in op["offsets"]:
-                self.offsets[(group, topic, int(queue_id))] = int(offset)
+            self._offsets(op)
         elif kind == "lock":
             self._lock(op)
             return  # locks are not topic data: the version (registrations) stays
@@ -251,9 +255,32 @@ class Metadata:
         from a log whose older entries retention deleted."""
         return {"op": "snapshot", "as_of": as_of_index, "at_ms": at_ms, "state": self.state()}
 
+    def _offsets(self, op: Mapping[str, Any]) -> None:
+        """Committed offsets, each with the time its commit reached a replica: one older
+        than the offset's last applied commit is skipped (two replicas took commits of one
+        queue, and the one that took the older could write it only later). An entry without
+        times (older brokers) sets every offset it holds."""
+        times = op.get("received_ms")
+        for i, (group, topic, queue_id, offset) in enumerate(op["offsets"]):
+            key = (group, topic, int(queue_id))
+            if times is None:
+                self.offset_times.pop(key, None)
+            else:
+                at = int(times[i])
+                if at < self.offset_times.get(key, at):
+                    continue
+                self.offset_times[key] = at
+            self.offsets[key] = int(offset)
+
     @staticmethod
-    def offsets_op(offsets: Iterable[tuple[OffsetKey, int]]) -> dict[str, Any]:
-        return {"op": "offsets", "offsets": [[g, t, q, o] for (g, t, q), o in offsets]}
+    def offsets_op(offsets: Iterable[tuple[OffsetKey, int, int]]) -> dict[str, Any]:
+        """Rows of (key, offset, received ms)."""
+        rows = list(offsets)
+        return {
+            "op": "offsets",
+            "offsets": [[g, t, q, o] for (g, t, q), o, _at in rows],
+            "received_ms": [at for _key, _o, at in rows],
+        }
 
     # --- whole state (snapshots and the local checkpoint) ----------------------------------
 
@@ -262,6 +289,7 @@ class Metadata:
             "topics": [t.to_row() for t in self.topics.values()],
             "groups": [g.to_row() for g in self.groups.values()],
             "offsets": [[g, t, q, o] for (g, t, q), o in self.offsets.items()],
+            "offset_times": [[g, t, q, at] for (g, t, q), at in self.offset_times.items()],
             "locks": [[*key, c, at] for key, (c, at) in self.locks.items()],
             "schedule": self.schedule.state(),
             "transactions": self.transactions.state(),
@@ -272,6 +300,9 @@ class Metadata:
         self.topics = {row[0]: TopicConfig.from_row(row) for row in state["topics"]}
         self.groups = {row[0]: GroupConfig.from_row(row) for row in state["groups"]}
         self.offsets = {(g, t, int(q)): int(o) for g, t, q, o in state["offsets"]}
+        self.offset_times = {
+            (g, t, int(q)): int(at) for g, t, q, at in state.get("offset_times", ())
+        }
         self.locks = {
             (g, t, b, int(q)): (c, int(at)) for g, t, b, q, c, at in state.get("locks", ())
         }

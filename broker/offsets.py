@@ -3,13 +3,18 @@
 UPDATE_CONSUMER_OFFSET (and the commit piggy-backed on a pull) lands in a pending table on the
 replica that received it; every OFFSET_COALESCE_MS the table goes into the log as one metadata
 entry (through the leader, forwarded when this replica follows). A failover therefore loses at
-most the commits of the last interval, and consumers rewind at most that far. Reads answer
-from the pending table first, then from the replicated metadata.
+most the commits of the last interval, and consumers rewind at most that far.
+
+Each commit carries the time this replica received it, into the log too: a replica cut off
+from its leader keeps its commits and writes them once it can, possibly after another replica
+wrote newer commits of the same queue, and the older must not win (Metadata applies the newest
+by that time). Reads answer the newest this replica knows: pending, in flight or applied.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 import trio
 
@@ -29,22 +34,26 @@ class OffsetCoalescer:
     def __init__(self, state: BrokerState, writes: WritePath) -> None:
         self._state = state
         self._writes = writes
-        self._pending: dict[OffsetKey, int] = {}
-        self._in_flight: dict[OffsetKey, int] = {}
+        self._pending: dict[OffsetKey, tuple[int, int]] = {}  # (offset, received ms)
+        self._in_flight: dict[OffsetKey, tuple[int, int]] = {}
         self._wake = trio.Event()
         self.entries_written = 0
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._pending[(group, topic, queue_id)] = offset
+        self._pending[(group, topic, queue_id)] = (offset, int(time.time() * 1000))
         self._wake.set()
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The newest commit this replica knows of (ties: the one not yet written)."""
         key = (group, topic, queue_id)
-        for table in (self._pending, self._in_flight, self._state.metadata.offsets):
-            offset = table.get(key)
-            if offset is not None:
-                return offset
-        return None
+        found = [table[key] for table in (self._pending, self._in_flight) if key in table]
+        metadata = self._state.metadata
+        applied = metadata.offsets.get(key)
+        if applied is not None:
+            found.append((applied, metadata.offset_times.get(key, -1)))
+        if not found:
+            return None
+        return max(found, key=lambda commit: commit[1])[0]  # max keeps the first of equals
 
     async def run(self) -> None:
         while True:
@@ -58,7 +67,7 @@ class OffsetCoalescer:
             keys = list(self._pending)[:OFFSETS_PER_ENTRY_MAX]
             batch = {key: self._pending.pop(key) for key in keys}
             self._in_flight.update(batch)
-            body = encode_meta(Metadata.offsets_op(batch.items()))
+            body = encode_meta(Metadata.offsets_op((k, o, at) for k, (o, at) in batch.items()))
             try:
                 written = await self._writes.append([body], OFFSET_WRITE_TIMEOUT_S)
                 self.entries_written += 1
@@ -69,11 +78,11 @@ class OffsetCoalescer:
                     await self._state.wait_applied(written.last_index)
             except (WriteFailed, WriteUnknown) as err:
                 log.warning("consumer offsets not written (%s); kept for the next round", err)
-                for key, offset in batch.items():
-                    self._pending.setdefault(key, offset)
+                for key, commit in batch.items():
+                    self._pending.setdefault(key, commit)
                 self._wake.set()
                 return
             finally:
-                for key, offset in batch.items():
-                    if self._in_flight.get(key) == offset:
+                for key, commit in batch.items():
+                    if self._in_flight.get(key) == commit:
                         del self._in_flight[key]

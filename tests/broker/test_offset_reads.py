@@ -59,3 +59,55 @@ async def test_a_committed_offset_is_read_back_before_and_after_its_apply() -> N
         assert coalescer.query(*KEY) == 7
         state.apply(1, {KEY: 7})
     assert coalescer.query(*KEY) == 7
+
+
+# --- a commit written late must not replace a newer one (found by the 30-minute broker soak:
+# a pull consumer committed through a follower while the client was cut from the leader, then
+# newer offsets through the leader; the follower's older commit reached the log after them and
+# the consumer, restarted, began 200 messages back)
+
+
+def offsets_entry(rows: list[tuple[tuple[str, str, int], int, int]]) -> dict[str, Any]:
+    return Metadata.offsets_op(rows)
+
+
+def test_an_older_commit_applied_after_a_newer_one_is_skipped() -> None:
+    metadata = Metadata()
+    metadata.apply(offsets_entry([(KEY, 3514, 2_000)]))  # written first, received later
+    metadata.apply(offsets_entry([(KEY, 3314, 1_000), (("g", "T", 1), 9, 1_000)]))
+    assert metadata.offsets[KEY] == 3514
+    assert metadata.offsets[("g", "T", 1)] == 9  # the other rows of the late entry apply
+    metadata.apply(offsets_entry([(KEY, 100, 3_000)]))  # a newer commit, even a rewind, wins
+    assert metadata.offsets[KEY] == 100
+
+
+def test_offset_entries_of_older_brokers_without_times_still_set_offsets() -> None:
+    metadata = Metadata()
+    metadata.apply(offsets_entry([(KEY, 50, 5_000)]))
+    metadata.apply({"op": "offsets", "offsets": [[*KEY, 7]]})
+    assert metadata.offsets[KEY] == 7
+    metadata.apply(offsets_entry([(KEY, 8, 1)]))  # the old entry left no time to compare with
+    assert metadata.offsets[KEY] == 8
+
+
+def test_offset_times_survive_a_checkpoint() -> None:
+    metadata = Metadata()
+    metadata.apply(offsets_entry([(KEY, 3514, 2_000)]))
+    restored = Metadata()
+    restored.restore(metadata.state())
+    restored.apply(offsets_entry([(KEY, 3314, 1_000)]))
+    assert restored.offsets[KEY] == 3514
+    restored.apply({"op": "delete_group", "group": "g"})
+    assert KEY not in restored.offsets and KEY not in restored.offset_times
+
+
+async def test_a_replica_answers_the_newest_commit_it_knows_not_its_own_older_one() -> None:
+    """This replica holds a commit it could not write yet (cut off); the log has since applied
+    a newer one taken by another replica: a read answers the newer."""
+    state = AppliedLater()
+    coalescer = OffsetCoalescer(state, CommitAtOnce())  # type: ignore[arg-type]
+    coalescer.commit(*KEY, 3314)
+    state.metadata.apply(offsets_entry([(KEY, 3514, int(1e15))]))  # received "later"
+    assert coalescer.query(*KEY) == 3514
+    state.metadata.apply(offsets_entry([(KEY, 3000, 1)]))  # stale: skipped, 3514 stays
+    assert coalescer.query(*KEY) == 3514

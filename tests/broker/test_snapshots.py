@@ -24,7 +24,7 @@ def snapshot_of(topics: list[str], offset: int, as_of: int) -> dict[str, object]
     m = Metadata()
     for t in topics:
         m.apply(Metadata.topic_op(TopicConfig(t, 4, 4)))
-    m.apply(Metadata.offsets_op([(("g", "A", 0), offset)]))
+    m.apply(Metadata.offsets_op([(("g", "A", 0), offset, offset * 1000)]))
     return m.snapshot_op(as_of, at_ms=1_000)
 
 
@@ -42,7 +42,7 @@ def test_a_rebuilding_replica_takes_the_snapshot_then_the_operations_after_it(
     try:
         state.metadata_complete = False  # as after a rebuild from a log retention cut
         ops = [
-            Metadata.offsets_op([(("g", "A", 0), 7)]),  # index 5: after the snapshot's as_of
+            Metadata.offsets_op([(("g", "A", 0), 7, 7000)]),  # index 5: after the snapshot's as_of
             snapshot_of(["A", "Old"], offset=3, as_of=4),  # index 6
         ]
         state.apply(batch(5, ops))
@@ -60,8 +60,8 @@ def test_a_complete_replica_skips_a_snapshot(tmp_path: Path) -> None:
     try:
         ops = [
             Metadata.topic_op(TopicConfig("A", 4, 4)),  # index 1
-            Metadata.offsets_op([(("g", "A", 0), 3)]),  # index 2
-            Metadata.offsets_op([(("g", "A", 0), 9)]),  # index 3, after the snapshot's as_of
+            Metadata.offsets_op([(("g", "A", 0), 3, 3000)]),  # index 2
+            Metadata.offsets_op([(("g", "A", 0), 9, 9000)]),  # index 3, after the snapshot's as_of
             snapshot_of(["A"], offset=3, as_of=2),  # index 4, proposed before index 3 applied
         ]
         state.apply(batch(1, ops))
