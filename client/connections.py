@@ -64,10 +64,11 @@ class ConnectionPool:
         return await conn.request(command, timeout_s)
 
     def drop(self, address: str) -> None:
-        """Close the connection to `address` (after a timeout: it may be half dead)."""
+        """Abort the connection to `address` (after a timeout: it may be half dead), so that
+        nothing still queued on it reaches the broker late (Connection.abort)."""
         conn = self._connections.pop(address, None)
         if conn is not None:
-            conn.close("dropped after a failure")
+            conn.abort("dropped after a failure")
 
     def addresses(self) -> list[str]:
         return [a for a, c in self._connections.items() if not c.closed]
