@@ -78,6 +78,9 @@ class ClientInstance:
         self._handlers: dict[int, ServerRequestHandler] = {}
         self.pool = ConnectionPool(nursery, self._serve)
         self._routes: dict[str, TopicRoute] = {}
+        # the last BrokerData seen of each group, for a group that left every cached route a
+        # moment ago (a restarted namesrv answers before every group registered again)
+        self._last_broker_data: dict[str, BrokerData] = {}
         self._route_changed: dict[str, trio.Event] = {}
         self._refreshing: dict[str, trio.Lock] = {}
         self._last_refresh: dict[str, float] = {}
@@ -117,6 +120,8 @@ class ClientInstance:
             return None
         if self._routes.get(topic) != route:
             self._routes[topic] = route
+            for data in route.broker_datas:
+                self._last_broker_data[data.broker_name] = data
             self._route_changed.pop(topic, trio.Event()).set()
             self._heartbeat_wanted.set()  # a new broker address hears from us at once
         return route
@@ -161,9 +166,15 @@ class ClientInstance:
                     break
         return found
 
+    def last_broker_data(self, broker_name: str) -> BrokerData | None:
+        """As broker_data, or else the group's data from the last route that named it: its
+        replicas' addresses are still the best guess (any replica forwards a write)."""
+        return self.broker_data(broker_name) or self._last_broker_data.get(broker_name)
+
     def broker_addresses(self, broker_name: str) -> list[str]:
-        """Every known address of a group, the master first; any replica takes a write."""
-        data = self.broker_data(broker_name)
+        """Every known address of a group, the master first; any replica takes a write. A
+        group no cached route names now keeps the addresses it was last seen with."""
+        data = self.last_broker_data(broker_name)
         return data.addresses() if data is not None else []
 
     def broker_name_of(self, address: str) -> str | None:

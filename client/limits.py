@@ -44,6 +44,9 @@ FORWARDED_REFRESH_S = 0.5
 # After a send had a broker auto-create its topic, the producer asks the namesrvs for the new
 # route until they have it (the broker registers it after answering) or this long has passed.
 CREATED_ROUTE_WAIT_S = 30.0
+# An ordered send keeps choosing among the queues of a group that left the topic's route for
+# this long (write_queues.py): RocketMQ's name server drops a broker it has not heard from in 120 s.
+ORDERED_GROUP_GRACE_S = 120.0
 UNREGISTER_TIMEOUT_S = 1.0  # UNREGISTER_CLIENT to every broker on close, all at once
 
 # --- batches (RocketMQ's MessageBatch splitter) ---------------------------------------------------

@@ -392,11 +392,12 @@ class AsyncProducer:
             result = await self._send_any_queue(outgoing, found, deadline)
         else:
             assert message is not None
-            queue = selector(list(found.queues), message, arg)
-            if queue not in found.queues:
+            queues = self._write_queues.ordered_queues(outgoing.topic, found)
+            queue = selector(list(queues), message, arg)
+            if queue not in queues:
                 raise InvalidMessage(
                     "selector",
-                    f"it returned {queue!r}, not one of the {len(found.queues)} write queues "
+                    f"it returned {queue!r}, not one of the {len(queues)} write queues "
                     f"of {outgoing.topic!r}",
                 )
             result = await self._send_one_queue(outgoing, queue, found, deadline)

@@ -5,6 +5,12 @@ broker groups with at most DEFAULT_TOPIC_QUEUES queues each, sent with defaultTo
 the broker creates the topic on the first send (RocketMQ's way; the broker must allow it).
 While the topic is unknown every send asks the namesrvs again (ClientInstance.refresh spaces
 the queries), so its own route is used as soon as the broker has registered it.
+
+Ordered sends choose among `ordered_queues`: the route's write queues, and for a while also
+those of a group that just left the route. A name server that restarts answers routes before
+every group has registered with it again; a selector given that shorter list would map a
+sharding key onto another group's queue and break its order (the 30-minute broker soak caught
+it). A group gone for ORDERED_GROUP_GRACE_S (a name server's broker expiry) is let go.
 """
 
 from __future__ import annotations
@@ -19,6 +25,15 @@ from client.errors import NoRouteError
 from client.instance import ClientInstance
 from client.message import MessageQueue
 from client.route import TopicRoute
+
+
+@attrs.define
+class _Pinned:
+    """The queues ordered sends of a topic chose among last, and since when each group that
+    left the route has been missing from it (trio time)."""
+
+    queues: list[MessageQueue]
+    missing_since: dict[str, float]
 
 
 @attrs.frozen
@@ -52,6 +67,27 @@ class TopicWriteQueues:
     def __init__(self, instance: Callable[[], ClientInstance]) -> None:
         self._instance = instance  # the running producer's (raises ClientClosed when closed)
         self._found: dict[str, WriteQueues] = {}
+        self._pinned: dict[str, _Pinned] = {}
+
+    def ordered_queues(self, topic: str, found: WriteQueues) -> list[MessageQueue]:
+        """The queues an ordered send of `topic` chooses among (see the module's doc)."""
+        now = trio.current_time()
+        pinned = self._pinned.get(topic)
+        present = {q.broker_name for q in found.queues}
+        missing: dict[str, float] = {}
+        if pinned is not None:
+            for name in {q.broker_name for q in pinned.queues} - present:
+                since = pinned.missing_since.get(name, now)
+                if now - since < limits.ORDERED_GROUP_GRACE_S:
+                    missing[name] = since
+        if not missing:
+            self._pinned[topic] = _Pinned(list(found.queues), {})
+            return found.queues
+        assert pinned is not None
+        kept = [q for q in pinned.queues if q.broker_name in missing]
+        queues = sorted([*found.queues, *kept], key=lambda q: (q.broker_name, q.queue_id))
+        self._pinned[topic] = _Pinned(queues, missing)
+        return queues
 
     async def find(self, topic: str, deadline: float) -> WriteQueues:
         """The topic's write queues; NoRouteError when there are none to be had by `deadline`."""

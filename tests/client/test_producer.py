@@ -22,6 +22,7 @@ from client import (
     SendResult,
     SendStatus,
     hash_selector,
+    limits,
 )
 from client.message import COMPRESS_BODY_BYTES_MIN, SYS_FLAG_COMPRESSED
 from remoting import properties as props
@@ -330,3 +331,34 @@ async def test_invalid_messages_are_refused_before_sending() -> None:
         with pytest.raises(InvalidMessage, match="properties"):
             await p.send(Message("T", b"x", properties={"k": "a\x01b"}))
         assert cluster.sends() == 0
+
+
+async def test_ordered_sends_keep_their_queue_while_a_restarted_namesrv_lacks_a_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the 30-minute broker soak: both name servers restarted, and broker-b registered
+    with them a moment before broker-a; a route fetched in between had broker-b's 4 queues only,
+    and hash_selector sent a broker-a key to broker-b (its order broken). An ordered send keeps
+    choosing among the queues it chose among before, broker-a's through its last known
+    addresses, until the group has been gone for ORDERED_GROUP_GRACE_S."""
+    async with fake_cluster(TWO_GROUPS, topics={"T": 4}) as cluster, producer(cluster) as p:
+        queues = [MessageQueue("T", g, i) for g in ("broker-a", "broker-b") for i in range(4)]
+        key = next(
+            k for k in range(100) if hash_selector(queues, None, k).broker_name == "broker-a"
+        )  # type: ignore[arg-type]
+        first = await p.send(Message("T", b"1"), selector=hash_selector, arg=key)
+        assert first.queue.broker_name == "broker-a"
+        full = cluster.routes["T"]
+        cluster.routes["T"] = {  # what a name server that heard from broker-b only answers
+            "queueDatas": [q for q in full["queueDatas"] if q["brokerName"] == "broker-b"],
+            "brokerDatas": [b for b in full["brokerDatas"] if b["brokerName"] == "broker-b"],
+        }
+        assert await p._live().refresh("T", force=True) is not None
+        again = await p.send(Message("T", b"2"), selector=hash_selector, arg=key)
+        assert again.queue == first.queue
+        assert cluster.sends("broker-b") == 0
+        plain = await p.send(Message("T", b"3"))  # other sends use the route as it is
+        assert plain.queue.broker_name == "broker-b"
+        monkeypatch.setattr(limits, "ORDERED_GROUP_GRACE_S", 0.0)  # as if gone that long
+        moved = await p.send(Message("T", b"4"), selector=hash_selector, arg=key)
+        assert moved.queue.broker_name == "broker-b"
