@@ -87,12 +87,18 @@ def reconsumed(messages: list[MessageExt]) -> list[MessageExt]:
     return [attrs.evolve(m, reconsume_times=m.reconsume_times + 1) for m in messages]
 
 
+def _nothing() -> None:
+    return None
+
+
 @attrs.define
 class ConsumeContext:
     group: str
     config: PushConfig
     requests: ConsumerRequests
     offsets: OffsetStore
+    # called after a broker took messages back: the consumer makes sure it pulls its retry topic
+    sent_back: Callable[[], None] = _nothing
 
 
 def commit(ctx: ConsumeContext, pq: ProcessQueue, offset: int | None) -> None:
@@ -144,6 +150,7 @@ class ConcurrentConsumeService:
             taken = [m for m in batch if await self._send_back(m)]
             if taken:
                 commit(self._ctx, pq, pq.remove(taken))
+                self._ctx.sent_back()
             failed = [m for m in batch if m not in taken]
         if failed and not pq.dropped:
             again = reconsumed(failed)

@@ -38,6 +38,7 @@ it live in the modules named above.)
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
@@ -75,6 +76,7 @@ log = logging.getLogger("client.push_consumer")
 
 SHUTDOWN_NETWORK_S = 10.0  # on top of shutdown_wait_s: the last commits, unlocks, unregisters
 PULL_LOOP_RESTART_S = 1.0  # a pull loop that failed unexpectedly starts again after this
+RETRY_REBALANCE_S = 1.0  # sends back while no retry queue is pulled: one early rebalance per this
 
 
 class AsyncPushConsumer:
@@ -183,7 +185,7 @@ class AsyncPushConsumer:
                 offsets = LocalOffsetStore(
                     offset_file_path(config.offset_dir, key, self.group), self.group
                 )
-            ctx = ConsumeContext(self.group, config, requests, offsets)
+            ctx = ConsumeContext(self.group, config, requests, offsets, self._retry_queues_wanted)
             self._locks: QueueLocks | None = None
             if self._orderly and config.clustering:
                 self._locks = QueueLocks(requests, self.group, instance.client_id)
@@ -206,6 +208,7 @@ class AsyncPushConsumer:
                 self._locks.ensure if self._locks is not None else None,
             )
             self._rebalance_wanted = trio.Event()
+            self._retry_rebalanced_at = -math.inf
             self._rebalancing = trio.Lock()
             self._dropping: dict[MessageQueue, trio.Event] = {}
             self._pull_scopes: dict[MessageQueue, trio.CancelScope] = {}
@@ -302,6 +305,18 @@ class AsyncPushConsumer:
     def rebalance_now(self) -> None:
         """Rebalance at once instead of at the next tick."""
         self._rebalance_wanted.set()
+
+    def _retry_queues_wanted(self) -> None:
+        """A broker took messages back into %RETRY%<group>: while this member pulls none of
+        that topic's queues (a new group's retry topic has no route when the consumer starts),
+        rebalance now rather than at the next tick, 20 s away, at most once a RETRY_REBALANCE_S."""
+        retry = RETRY_PREFIX + self.group
+        if any(q.topic == retry for q in self._queues):
+            return
+        now = trio.current_time()
+        if now - self._retry_rebalanced_at >= RETRY_REBALANCE_S:
+            self._retry_rebalanced_at = now
+            self._rebalance_wanted.set()
 
     # --- rebalance -------------------------------------------------------------------------
 
