@@ -1,12 +1,14 @@
 """A real broker chaos run through the command line: 2 name servers and 2 broker groups x 3
 `dledger-broker` replicas, each process in a network namespace of its own, our producers and
 consumers through a leader kill and a partition of a leader; every check must hold and the run
-must leave nothing behind."""
+must leave nothing behind, and dledger-audit must find the stores it keeps consistent with its
+history (every acknowledged message stored once, every consumed one stored)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,15 @@ import pytest
 from tests.chaos.test_run import CLI, REPO, leftovers, needs_root
 
 RUN_TIMEOUT_S = 300.0  # the 60 s run takes ~80 s on a quiet machine (start, drain, final read)
+AUDIT_TIMEOUT_S = 300.0
 
 
 @needs_root
 @pytest.mark.chaos
-def test_a_short_broker_run_with_a_leader_kill_and_a_partition_passes(tmp_path: Path) -> None:
+@pytest.mark.spark
+def test_a_short_broker_run_with_a_leader_kill_and_a_partition_passes(
+    tmp_path: Path, archive: Path
+) -> None:
     out = tmp_path / "broker-mixed"
     p = subprocess.Popen(
         [
@@ -34,6 +40,7 @@ def test_a_short_broker_run_with_a_leader_kill_and_a_partition_passes(tmp_path: 
             "7",
             "--out",
             str(out),
+            "--keep-stores",
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -65,3 +72,14 @@ def test_a_short_broker_run_with_a_leader_kill_and_a_partition_passes(tmp_path: 
     rejudged = subprocess.run([*CLI, "check", str(out)], cwd=REPO, capture_output=True, text=True)
     assert rejudged.returncode == 0, rejudged.stderr
     assert json.loads((out / "report.json").read_text())["acked"] == report["acked"]
+
+    audit = subprocess.run(
+        [sys.executable, "-m", "spark.audit", "--stores", str(out / "stores"),
+         "--out", str(out / "audit"), "--history", str(out / "history.jsonl"),
+         "--master", "local[2]", "--quiet"],
+        cwd=REPO, capture_output=True, text=True, timeout=AUDIT_TIMEOUT_S,
+    )  # fmt: skip
+    verdict = json.loads((out / "audit" / "report.json").read_text())
+    assert audit.returncode == 0, (audit.stdout[-2000:], audit.stderr[-3000:], verdict)
+    assert verdict["verdict"] == "consistent", verdict
+    assert {r["group"] for r in verdict["replicas"]} == {"broker-a", "broker-b"}

@@ -1,33 +1,16 @@
 """One SparkSession for the whole tests/spark run: a JVM costs seconds and hundreds of MiB. Its
-driver, and every dledger-audit process the tests start, maps a JVM class archive made once
-per run by dledger-audit-prepare: that proves the command, and saves more than it costs."""
+driver, and every dledger-audit process the tests start, maps the run's JVM class archive
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from pyspark.sql import SparkSession
 
-from spark import jvm_archive, session
-
-
-@pytest.fixture(scope="session")
-def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The archive's path, in a cache of this run that DLEDGER_AUDIT_CACHE names meanwhile."""
-    cache = tmp_path_factory.mktemp("jvm-archive")
-    result = subprocess.run(
-        [sys.executable, "-m", "spark.prepare", "--cache", str(cache)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    with mock.patch.dict(os.environ, {jvm_archive.CACHE_ENV: str(cache)}):
-        yield jvm_archive.archive_path(session.JVM_OPTIONS)
+from spark import session
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,30 @@
+"""Fixtures more than one test folder uses: the JVM class archive every dledger-audit run of
+the tests maps (tests/spark and the broker chaos run's audit of its stores)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from spark import jvm_archive, session
+
+
+@pytest.fixture(scope="session")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The archive's path, in a cache of this run that DLEDGER_AUDIT_CACHE names meanwhile:
+    made once per run by dledger-audit-prepare, which proves the command and saves more than it
+    costs (a JVM start maps it)."""
+    cache = tmp_path_factory.mktemp("jvm-archive")
+    result = subprocess.run(
+        [sys.executable, "-m", "spark.prepare", "--cache", str(cache)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    with mock.patch.dict(os.environ, {jvm_archive.CACHE_ENV: str(cache)}):
+        yield jvm_archive.archive_path(session.JVM_OPTIONS)
