@@ -19,7 +19,7 @@ from dledger.raft.sim.run import simulate
 from dledger.raft.sim.world import Faults, World
 
 SEEDS_PER_CHUNK = 50
-CHUNKS = 5  # 250 seeds per cluster size in the default run (it has a 20-minute budget);
+CHUNKS = 4  # 200 seeds per cluster size in the default run (it has a 20-minute budget);
 # `./dev.sh soak` runs 20,000
 
 
