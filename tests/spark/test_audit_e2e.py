@@ -1,6 +1,6 @@
 """End to end: a real 3-replica dledger-server group takes appends through a leader kill, then
-dledger-audit passes on its stores (with the acknowledged appends as a history), on local[2]
-and on a standalone master with two workers."""
+dledger-audit passes on its stores (with the acknowledged appends as a history) on local[2];
+and (marked slow) on a standalone master with two workers, finding the same."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -100,30 +101,52 @@ def audit(stores: Path, history: Path | None, out: Path, master: str) -> dict[st
     return report
 
 
-def test_audit_passes_on_a_real_group_after_a_leader_kill(tmp_path: Path, archive: Path) -> None:
-    """The audits' drivers map the run's JVM class archive (conftest.archive)."""
-    group, ops, commit = run_group_with_a_leader_kill(tmp_path / "run")
-    history = tmp_path / "history.jsonl"
+@attrs.frozen
+class KilledGroupRun:
+    stores: Path
+    history: Path
+    acked: int
+    commit: int
+
+
+@pytest.fixture(scope="module")
+def killed_group_run(tmp_path_factory: pytest.TempPathFactory) -> KilledGroupRun:
+    root = tmp_path_factory.mktemp("e2e")
+    group, ops, commit = run_group_with_a_leader_kill(root / "run")
+    history = root / "history.jsonl"
     history.write_text("".join(json.dumps(op) + "\n" for op in ops))
     acked = sum(1 for op in ops if op["type"] == "ok")
     assert acked >= APPENDS
-    stores = tmp_path / "run" / group.group
+    return KilledGroupRun(root / "run" / group.group, history, acked, commit)
 
-    local = audit(stores, history, tmp_path / "audit-local", "local[2]")
+
+def test_audit_passes_on_a_real_group_after_a_leader_kill(
+    killed_group_run: KilledGroupRun, tmp_path: Path, archive: Path
+) -> None:
+    """The audits' drivers map the run's JVM class archive (conftest.archive)."""
+    run = killed_group_run
+    local = audit(run.stores, run.history, tmp_path / "audit-local", "local[2]")
     assert local["verdict"] == "consistent", local
     replicas = local["replicas"]
     assert isinstance(replicas, list) and len(replicas) == 3
     # every replica holds at least what was committed (stopping the group may add a no-op or
     # two: once the leader stops first, the others elect a new one)
-    assert all(r["last_index"] >= commit for r in replicas)
-    assert local["entries_checked"] == sum(r["entries"] for r in replicas) >= 3 * commit
-    assert local["history"] == {"file": str(history), "acknowledged": acked}
+    assert all(r["last_index"] >= run.commit for r in replicas)
+    assert local["entries_checked"] == sum(r["entries"] for r in replicas) >= 3 * run.commit
+    assert local["history"] == {"file": str(run.history), "acknowledged": run.acked}
 
+
+@pytest.mark.slow  # three more JVMs (~30 s): the default run has a 20-minute budget
+def test_a_standalone_master_audits_the_same_stores_unchanged(
+    killed_group_run: KilledGroupRun, tmp_path: Path, archive: Path
+) -> None:
+    run = killed_group_run
+    local = audit(run.stores, None, tmp_path / "audit-local", "local[2]")
     cluster = tmp_path / "cluster"
     url = standalone.start(cluster, workers=2)
     try:
         # no history: the screening pass runs on the workers, from the package shipped to them
-        remote = audit(stores, None, tmp_path / "audit-standalone", url)
+        remote = audit(run.stores, None, tmp_path / "audit-standalone", url)
     finally:
         standalone.stop(cluster)
     assert remote["verdict"] == "consistent", remote
