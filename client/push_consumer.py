@@ -316,7 +316,7 @@ class AsyncPushConsumer:
         now = trio.current_time()
         if now - self._retry_rebalanced_at >= RETRY_REBALANCE_S:
             self._retry_rebalanced_at = now
-            self._rebalance_wanted.set()
+            self.rebalance_now()
 
     # --- rebalance -------------------------------------------------------------------------
 
