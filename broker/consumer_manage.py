@@ -50,6 +50,14 @@ async def handle_query_consumer_offset(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
     header = QueryConsumerOffsetRequestHeader.decode(request.ext_fields)
+    if not await broker.offsets.settle():  # broker/offsets.py: why a read settles first
+        log.warning(
+            "offset of %s on %s/%d read before this replica settled (no leader?): it may be "
+            "older than the group's",
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+        )
     offset = broker.offsets.query(header.consumer_group, header.topic, header.queue_id)
     if offset is not None:
         return _offset(request, offset)

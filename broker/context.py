@@ -28,6 +28,10 @@ from remoting import stored_message
 if TYPE_CHECKING:
     from broker.registration import Registrar
 
+# a forwarded write's reply says it committed; this replica normally learns that within one
+# heartbeat of the leader. Asking the leader instead is the slow path (and may find a new one).
+PLACEMENT_WAIT_S = 1.0
+
 
 @attrs.define
 class Broker:
@@ -88,7 +92,13 @@ class Broker:
         return placed
 
     async def _read_placement(self, index: int) -> Placed:
+        """From this replica's log once it knows the entry committed: the leader said so, and
+        a follower learns it with the leader's next message. Only if that takes longer than
+        PLACEMENT_WAIT_S is the leader asked, and a leader elected meanwhile may not have
+        committed the index yet (it answers INDEX_OUT_OF_RANGE: `dledger.client.ClientError`)."""
         node = self.node
+        with trio.move_on_after(PLACEMENT_WAIT_S):
+            await self.state.wait_applied(index)
         if index <= node.commit_index and index <= node.last_index:
             body = node.entry(index).body
         else:

@@ -48,6 +48,7 @@ from broker.transactions import (
     strip_half_offset,
 )
 from broker.writes import WriteFailed, WriteUnknown
+from dledger.client import ClientError
 from remoting import properties as props
 from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode
@@ -265,14 +266,18 @@ async def _send(
             ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {err}"
         ) from err
     except WriteUnknown as err:
-        uniq = props.find(outgoing[0].properties, b"UNIQ_KEY")
-        raise SendRefused(
-            ResponseCode.SYSTEM_ERROR,
-            f"outcome unknown (the message may be stored): {err}; UNIQ_KEY "
-            f"{uniq.decode() if uniq else '?'}",
-        ) from err
+        raise _outcome_unknown(outgoing, f"(the message may be stored): {err}") from err
     first = written.last_index - len(records) + 1
-    placed = await broker.placements(first, written.last_index, shaped_here=written.through_leader)
+    try:
+        placed = await broker.placements(
+            first, written.last_index, shaped_here=written.through_leader
+        )
+    except ClientError as err:  # stored, but this replica cannot learn where yet
+        raise _outcome_unknown(
+            outgoing,
+            f"(the message is stored at log index {first}, but its queue offset could not be "
+            f"read: {err})",
+        ) from err
     uniq = props.find(outgoing[0].properties, b"UNIQ_KEY") if halves else None
     response = SendMessageResponseHeader(
         msg_id=",".join(offset_msg_id(store_host, p.physical_offset) for p in placed),
@@ -284,6 +289,16 @@ async def _send(
     response["MSG_REGION"] = "DefaultRegion"
     response["TRACE_ON"] = "true"
     return request.response(ResponseCode.SUCCESS, ext_fields=response)
+
+
+def _outcome_unknown(outgoing: list[Outgoing], why: str) -> SendRefused:
+    """SYSTEM_ERROR with the remark our client reads as "may be stored" (client/send_request.py
+    OUTCOME_UNKNOWN_REMARK), naming the UNIQ_KEY the application can dedupe by."""
+    uniq = props.find(outgoing[0].properties, b"UNIQ_KEY")
+    return SendRefused(
+        ResponseCode.SYSTEM_ERROR,
+        f"outcome unknown {why}; UNIQ_KEY {uniq.decode() if uniq else '?'}",
+    )
 
 
 def _dead_letter(

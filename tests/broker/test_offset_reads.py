@@ -11,7 +11,7 @@ import trio.testing
 
 from broker.metadata import Metadata
 from broker.offsets import OffsetCoalescer
-from broker.writes import Written
+from broker.writes import WriteFailed, Written
 
 KEY = ("g", "T", 0)
 
@@ -59,6 +59,110 @@ async def test_a_committed_offset_is_read_back_before_and_after_its_apply() -> N
         assert coalescer.query(*KEY) == 7
         state.apply(1, {KEY: 7})
     assert coalescer.query(*KEY) == 7
+
+
+# --- a read settles first (found by the second 30-minute broker soak: the whole group was
+# restarted 0.6 s after a consumer's commit had gone into the log; the first replica up answered
+# the consumer that took the queue from its applied state, one commit older, before it had
+# learnt that the newer entry in its log was committed)
+
+
+class BlockedUntilReleased(CommitAtOnce):
+    """A write path whose appends wait for the test to release them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+
+    async def append(self, bodies: Any, timeout_s: float) -> Written:
+        await self.release.wait()
+        self.release = trio.Event()
+        return await super().append(bodies, timeout_s)
+
+
+class NoLeader:
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    async def append(self, bodies: Any, timeout_s: float) -> Written:
+        self.attempts += 1
+        raise WriteFailed("no leader elected within the timeout")
+
+
+async def test_a_read_waits_until_an_entry_written_after_it_is_applied() -> None:
+    state = AppliedLater()
+    state.apply(4, {KEY: 7695})
+    writes = CommitAtOnce()
+    writes.index = 5  # entry 5 (offsets: 7697) is committed in the log, not yet applied here
+    coalescer = OffsetCoalescer(state, writes)  # type: ignore[arg-type]
+    assert coalescer.query(*KEY) == 7695  # what the replica would have answered at once
+    settled: list[bool] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coalescer.run)
+
+        async def read() -> None:
+            settled.append(await coalescer.settle())
+
+        nursery.start_soon(read)
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes.index == 6, "a read's round is written at once, empty as it is"
+        state.apply(5, {KEY: 7697})
+        await trio.testing.wait_all_tasks_blocked()
+        assert settled == []
+        state.apply(6, {})
+        await trio.testing.wait_all_tasks_blocked()
+        assert settled == [True]
+        assert coalescer.query(*KEY) == 7697
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_round_begun_before_the_read_does_not_settle_it() -> None:
+    state = AppliedLater()
+    writes = BlockedUntilReleased()
+    coalescer = OffsetCoalescer(state, writes)  # type: ignore[arg-type]
+    coalescer.commit(*KEY, 9)
+    settled: list[str] = []
+
+    async def read(name: str) -> None:
+        assert await coalescer.settle()
+        settled.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coalescer.run)
+        nursery.start_soon(read, "first")
+        await trio.testing.wait_all_tasks_blocked()  # round 1 (the commit) is being appended
+        nursery.start_soon(read, "second")
+        await trio.testing.wait_all_tasks_blocked()
+        writes.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        state.apply(1, {KEY: 9})
+        await trio.testing.wait_all_tasks_blocked()
+        assert settled == ["first"], "round 1 began before the second read: not its round"
+        writes.release.set()  # round 2, the second read's
+        await trio.testing.wait_all_tasks_blocked()
+        state.apply(2, {})
+        await trio.testing.wait_all_tasks_blocked()
+        assert settled == ["first", "second"]
+        assert writes.index == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_a_leader_a_read_gives_up_and_its_round_is_retried(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    state = AppliedLater()
+    writes = NoLeader()
+    coalescer = OffsetCoalescer(state, writes)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coalescer.run)
+        started = trio.current_time()
+        assert await coalescer.settle(timeout_s=2.0) is False
+        assert trio.current_time() - started == 2.0
+        assert writes.attempts >= 5, "the round is tried again while the read waits"
+        attempts = writes.attempts
+        await trio.sleep(5)
+        assert writes.attempts == attempts, "no reader waits, nothing pending: no more rounds"
+        nursery.cancel_scope.cancel()
 
 
 # --- a commit written late must not replace a newer one (found by the 30-minute broker soak:

@@ -10,12 +10,24 @@ leader stored it at one of those indexes, and the answer carried the old guess (
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from broker.context import Broker
 from broker.state import Placed
+from dledger.client import ClientError, RequestFailed
+from dledger.wire import Status
+from remoting import stored_message
 from remoting.client import open_connection
 from remoting.codes import ResponseCode
 from remoting.headers import RAFT_FORWARDED_FIELD
 from tests.broker.group import broker_group, send_request
+from tests.remoting.test_stored_message import example
 
 TOPIC = "PlacementTopic"
 STALE_OFFSET = 99_999
@@ -55,3 +67,97 @@ async def test_a_forwarded_send_says_so_and_the_leaders_does_not(tmp_path: Path)
     assert all(a.code == ResponseCode.SUCCESS for a in answers.values()), answers
     assert answers["follower"].ext_fields[RAFT_FORWARDED_FIELD] == "true"
     assert RAFT_FORWARDED_FIELD not in answers["leader"].ext_fields
+
+
+# --- a forwarded send's place is read from this replica once it knows the entry committed
+# (found by the failover benchmark: a follower forwarded a send, the leader committed it and
+# died; the follower, not yet told of the commit, asked the new leader, which had not committed
+# the index in its term yet and answered INDEX_OUT_OF_RANGE; the send handler failed with a
+# traceback and the client got an error for a stored message)
+
+
+class BehindItsLeader:
+    """A follower's node and state: entry 3145 in its log, committed by the leader, not yet
+    known committed here."""
+
+    def __init__(self, record: bytes) -> None:
+        self.commit_index = 3144
+        self.last_index = 3145
+        self.applied_index = 3144
+        self._record = record
+        self._applied = trio.Event()
+
+    def entry(self, index: int) -> SimpleNamespace:
+        assert index == 3145 and index <= self.commit_index, "read before it is known committed"
+        return SimpleNamespace(body=self._record)
+
+    def placed(self, index: int, *, shaped_here: bool) -> Placed | None:
+        return None  # not applied: nothing remembered
+
+    async def wait_applied(self, index: int) -> None:
+        while self.applied_index < index:
+            await self._applied.wait()
+
+    def learn_commit(self) -> None:
+        self.commit_index = self.applied_index = 3145
+        self._applied.set()
+
+
+class NewLeaderNotCommittedYet:
+    def __init__(self) -> None:
+        self.gets = 0
+
+    async def get(self, index: int) -> Any:
+        self.gets += 1
+        raise RequestFailed(
+            Status.INDEX_OUT_OF_RANGE, f"index {index} is not committed here (up to 3144)"
+        )
+
+
+def a_follower(record: bytes, client: Any) -> tuple[Broker, BehindItsLeader]:
+    replica = BehindItsLeader(record)
+    broker = Broker(
+        config=None,  # type: ignore[arg-type]
+        node=replica,  # type: ignore[arg-type]
+        state=replica,  # type: ignore[arg-type]
+        writes=None,  # type: ignore[arg-type]
+        client=client,
+        clients=None,  # type: ignore[arg-type]
+        offsets=None,  # type: ignore[arg-type]
+        disk=None,  # type: ignore[arg-type]
+    )
+    return broker, replica
+
+
+def stored(queue_id: int, queue_offset: int, physical_offset: int) -> bytes:
+    message = attrs.evolve(
+        example(), queue_id=queue_id, queue_offset=queue_offset, physical_offset=physical_offset
+    )
+    return stored_message.encode(message)
+
+
+async def test_a_forwarded_send_reads_its_place_once_this_replica_knows_it_committed() -> None:
+    client = NewLeaderNotCommittedYet()
+    broker, replica = a_follower(stored(2, 419, 81_920), client)
+    found: list[list[Placed]] = []
+
+    async def place() -> None:
+        found.append(await broker.placements(3145, 3145, shaped_here=False))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(place)
+        await trio.testing.wait_all_tasks_blocked()
+        assert found == [] and client.gets == 0
+        replica.learn_commit()  # the leader's next heartbeat
+    assert found == [[Placed(2, 419, 81_920)]]
+    assert client.gets == 0
+
+
+async def test_a_place_this_replica_cannot_tell_within_the_wait_is_asked_of_the_leader(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client = NewLeaderNotCommittedYet()
+    broker, _replica = a_follower(stored(2, 419, 81_920), client)
+    with pytest.raises(ClientError, match="INDEX_OUT_OF_RANGE"):
+        await broker.placements(3145, 3145, shaped_here=False)
+    assert client.gets == 1
