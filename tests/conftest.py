@@ -1,5 +1,6 @@
 """Fixtures more than one test folder uses: the JVM class archive every dledger-audit run of
-the tests maps (tests/spark and the broker chaos run's audit of its stores)."""
+the tests maps, and the one SparkSession of the run (tests/spark, and the broker chaos run's
+audit of its stores): a JVM costs seconds and hundreds of MiB."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from pyspark.sql import SparkSession
 
 from spark import jvm_archive, session
 
@@ -28,3 +30,12 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     with mock.patch.dict(os.environ, {jvm_archive.CACHE_ENV: str(cache)}):
         yield jvm_archive.archive_path(session.JVM_OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def spark(archive: Path) -> Iterator[SparkSession]:
+    """Its driver maps the run's JVM class archive, as every dledger-audit process the tests
+    start does."""
+    s = session.start("local[2]", app_name="dledger-audit-tests", shuffle_partitions=4)
+    yield s
+    s.stop()

@@ -1,4 +1,4 @@
-"""Each audit rule on a handful of literal rows (local[1]), asserting its exact findings."""
+"""Each audit rule on a handful of literal rows, asserting its exact findings."""
 
 from __future__ import annotations
 
