@@ -222,7 +222,8 @@ async def attempt(
         failure = _failure(address, answer)
         failures.append(failure)
         if tracker is not None and (failure.code is None or failure.code in RETRYABLE_CODES):
-            tracker.address_failed(address)  # not for a refusal of the message itself
+            # (not for a refusal of the message itself)
+            tracker.address_failed(address, answered=not isinstance(answer, ReplicaFailure))
         if failure.timed_out and budget is not None and wait_s < left_s:
             budget.ran_out()  # (a request given more for its group's slowness counts the same)
         if failure.code is not None and failure.code not in RETRYABLE_CODES:

@@ -13,7 +13,9 @@ group whose avoidance ends first.
 Replica addresses: a request that failed at an address (no connection, no answer, a refusal)
 puts that address after the group's others for limits.ADDRESS_AVOID_S (`replica_order`), so a
 client cut off from one replica (the leader, say) goes straight to another, which forwards the
-write, instead of waiting out the cut replica on every send.
+write, instead of waiting out the cut replica on every send. An address that gave no answer at
+all is avoided twice as long, so when every replica failed (the leader cut off from its peers
+times out while the others have no leader yet) the next try begins with those that answered.
 
 Time comes from the clock given (trio's by default), so tests drive it by hand.
 """
@@ -91,9 +93,11 @@ class FaultTracker:
 
     # --- replica addresses ---------------------------------------------------------------
 
-    def address_failed(self, address: str) -> None:
-        """A request to `address` got no connection, no answer, or a refusal."""
-        self._address_avoid_until[address] = self._clock() + limits.ADDRESS_AVOID_S
+    def address_failed(self, address: str, *, answered: bool = True) -> None:
+        """A request to `address` got a refusal (`answered`), or no connection or no answer
+        (avoided longer: limits.ADDRESS_SILENT_AVOID_S)."""
+        avoid_s = limits.ADDRESS_AVOID_S if answered else limits.ADDRESS_SILENT_AVOID_S
+        self._address_avoid_until[address] = self._clock() + avoid_s
 
     def address_answered(self, address: str) -> None:
         """`address` stored a message: it is tried in its route order again."""

@@ -75,6 +75,11 @@ FAILURE_AVOID_S = 5.0
 # A replica address that failed a request (no connection, no answer, a refusal) is tried after
 # the group's other replicas for this long; an answer from it ends that at once.
 ADDRESS_AVOID_S = 5.0
+# One that gave no answer at all (no connection, a timeout, a closed connection) twice as long:
+# when every replica of a group failed, those that answered (alive, electing a leader, say)
+# are tried before the one that kept silent (a leader cut off from its peers, still named
+# master by the route, costs a whole request wait each time it is tried first)
+ADDRESS_SILENT_AVOID_S = 2 * ADDRESS_AVOID_S
 
 assert MESSAGE_BODY_BYTES_MAX <= remoting_limits.MESSAGE_BODY_BYTES_MAX
 assert BATCH_BYTES_MAX + 64 * KiB <= remoting_limits.FRAME_BYTES_MAX  # a batch fits one frame

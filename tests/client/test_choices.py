@@ -154,6 +154,26 @@ class TestFaultTracker:
         clock.now += limits.ADDRESS_AVOID_S
         assert tracker.replica_order(route) == route
 
+    def test_when_every_replica_failed_those_that_answered_come_before_a_silent_one(
+        self,
+    ) -> None:
+        """Found by the third broker soak (partition-leader, 2.2 s to the first SEND_OK): the
+        master, cut off from its peers, timed out; the two others answered that they had no
+        leader yet; the next try began with the master again, failed first, and waited out a
+        doubled request wait before the replica that would have forwarded to the new leader."""
+        clock = Clock()
+        tracker = FaultTracker(clock)
+        route = ["m:1", "s:2", "s:3"]
+        tracker.address_failed("m:1", answered=False)  # no answer in 0.5 s
+        clock.now += 0.001
+        tracker.address_failed("s:2")  # "n1 has known no leader for 0.1 s"
+        tracker.address_failed("s:3")
+        assert tracker.replica_order(route) == ["s:2", "s:3", "m:1"]
+        clock.now += limits.ADDRESS_AVOID_S
+        assert tracker.replica_order(route) == ["s:2", "s:3", "m:1"]
+        clock.now += limits.ADDRESS_SILENT_AVOID_S - limits.ADDRESS_AVOID_S
+        assert tracker.replica_order(route) == route
+
     def test_the_slowest_recent_answer_halves_every_half_life(self) -> None:
         clock = Clock()
         tracker = FaultTracker(clock)
