@@ -54,14 +54,21 @@ class Recorder:
         return set(self.ids())
 
 
-async def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll until `predicate()`; the seconds it took. Fails naming `what` after `timeout_s`."""
+async def wait_for(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    state: Callable[[], object] | None = None,
+) -> float:
+    """Poll until `predicate()`; the seconds it took. Fails naming `what` after `timeout_s`,
+    with `state()` when given (what the test saw, for a failure that does not recur)."""
     began = trio.current_time()
     with trio.move_on_after(timeout_s):
         while not predicate():
             await trio.sleep(POLL_S)
         return trio.current_time() - began
-    raise AssertionError(f"{what}: not within {timeout_s} s")
+    seen = "" if state is None else f"; {state()}"
+    raise AssertionError(f"{what}: not within {timeout_s} s{seen}")
 
 
 def partition(consumers: Iterable[AsyncPushConsumer], queues: Iterable[MessageQueue]) -> bool:
