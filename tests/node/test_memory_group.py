@@ -3,13 +3,18 @@ kills and restarts in virtual time, milliseconds of real time, no sockets."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
+from dledger import limits
+from dledger.node import PROPOSE
 from dledger.raft.entries import EntryBatch, EntryKind
+from dledger.wire import Status
 from tests.node.memnet import memory_group
 
 
@@ -54,3 +59,35 @@ async def test_a_killed_leader_is_replaced_and_appends_go_on(
     # a leader connection dropped: the followers campaign at once, well within one timeout
     assert elected_after_s < 0.5, elected_after_s
     print(f"virtual {trio.current_time():.2f} s in real {time.monotonic() - started_real:.2f} s")
+
+
+async def test_a_durability_report_is_not_held_back_by_a_full_inbox(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-node group commits an entry when the node reports it durable. Here the raft loop's
+    inbox is full at that moment (a busy node), so the report cannot be queued there: the loop
+    must still step it after its drain, in the same instant, not at the next maintenance tick
+    (0.25 s later, as it once did)."""
+    async with memory_group(tmp_path, size=1) as group:
+        node = group.nodes[await group.wait_for_leader()]
+        await group.append([b"warm-up"])
+        store = group.stores["n0"]
+        inbox = node._inbox_send
+        filled_at_report: list[int] = []
+        append = store.append
+
+        def append_then_fill_the_inbox(batch: object) -> object:
+            stored = append(batch)  # type: ignore[arg-type]
+            with contextlib.suppress(trio.WouldBlock):
+                while True:
+                    inbox.send_nowait(PROPOSE)  # a no-op for the loop: nothing is pending
+            filled_at_report.append(inbox.statistics().current_buffer_used)
+            return stored
+
+        monkeypatch.setattr(store, "append", append_then_fill_the_inbox)
+        started = trio.current_time()
+        reply = await node.append([b"x"])
+        waited_s = trio.current_time() - started
+    assert reply.status is Status.OK
+    assert filled_at_report == [limits.INBOX_EVENTS_MAX]
+    assert waited_s < limits.MAINTENANCE_INTERVAL_S / 10, waited_s
