@@ -70,6 +70,7 @@ async def serve(
                 broker.registrar = Registrar(broker)
                 node.on_role_change(lambda role: broker.registrar.role_changed())
                 state.topic_listeners.append(broker.registrar.topics_changed)
+                await nursery.start(writes.run)
                 await nursery.start(host_node, node)
                 await nursery.start(clients.run)
                 nursery.start_soon(offsets.run)

@@ -25,8 +25,14 @@ WRITE_TIMEOUT_S = 10.0  # far longer than any answer below may take
 async def write_path(group: MemoryGroup, n: str) -> AsyncIterator[WritePath]:
     """A WritePath of replica `n`, forwarding through a client on the group's memory network
     whose connections come from `n` (so cutting `n` off cuts them too)."""
-    async with open_client(group.peers, connect=group.network.connector(n)) as client:
-        yield WritePath(group.nodes[n], client)
+    async with (
+        open_client(group.peers, connect=group.network.connector(n)) as client,
+        trio.open_nursery() as nursery,
+    ):
+        writes = WritePath(group.nodes[n], client)
+        await nursery.start(writes.run)
+        yield writes
+        nursery.cancel_scope.cancel()
 
 
 async def test_a_leader_writes_and_a_follower_forwards(
@@ -85,3 +91,42 @@ async def test_a_write_forwarded_to_a_leader_that_was_replaced_answers_unknown(
         assert took_s < 2 * ELECTION_TIMEOUT_MAX_S, took_s
         assert took_both_s < 2 * ELECTION_TIMEOUT_MAX_S + 0.1, took_both_s
         assert not written.through_leader or group.nodes[follower].is_leader
+
+
+async def test_writes_proposed_here_are_given_up_at_their_own_deadlines(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """One task gives every write up (WritePath.run): a write with an earlier deadline that
+    arrives after one with a later deadline is still given up at its own, not the other's.
+    The leader is cut off, so neither commits; both deadlines are shorter than check-quorum
+    takes to depose it."""
+    async with memory_group(tmp_path) as group:
+        leader = await group.wait_for_leader()
+        async with write_path(group, leader) as writes:
+            await writes.append([b"warm"], WRITE_TIMEOUT_S)
+            group.network.cut_off(leader, [n for n in group.nodes if n != leader])
+            answered_after: dict[str, float] = {}
+            started = trio.current_time()
+
+            async def write(name: str, timeout_s: float) -> None:
+                with pytest.raises(WriteUnknown, match="before the write's deadline"):
+                    await writes.append([name.encode()], timeout_s)
+                answered_after[name] = trio.current_time() - started
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write, "later", 0.3)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(write, "sooner", 0.15)
+            group.network.heal()
+    assert 0.15 <= answered_after["sooner"] < 0.16, answered_after
+    assert 0.3 <= answered_after["later"] < 0.31, answered_after
+
+
+async def test_a_write_path_whose_run_is_not_running_refuses_to_propose(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with memory_group(tmp_path) as group:
+        leader = await group.wait_for_leader()
+        async with open_client(group.peers, connect=group.network.connector(leader)) as client:
+            with pytest.raises(RuntimeError, match="run is not running"):
+                await WritePath(group.nodes[leader], client).append([b"x"], WRITE_TIMEOUT_S)
