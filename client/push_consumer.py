@@ -105,6 +105,7 @@ class AsyncPushConsumer:
         self._started = False
         self._instance: ClientInstance | None = None
         self._queues: dict[MessageQueue, ProcessQueue] = {}
+        self._closing = False  # from the start of shutdown: no queue is started any more
 
     # --- before start ----------------------------------------------------------------------
 
@@ -244,6 +245,10 @@ class AsyncPushConsumer:
     async def _shutdown(self, background: trio.CancelScope) -> None:
         """Stop pulling, let listeners finish (bounded), commit offsets, release locks, leave
         the group (so the others rebalance at once)."""
+        # Cancelling the background does not stop a rebalance whose route or member list
+        # already came back: it runs on to its next checkpoint, and would start the queues
+        # stopped below again (pulled by a leaving member, an orderly queue's lock kept).
+        self._closing = True
         background.cancel()
         if self._heartbeat_part in self._instance_or_closed().heartbeat_parts:
             self._instance_or_closed().heartbeat_parts.remove(self._heartbeat_part)
@@ -341,6 +346,8 @@ class AsyncPushConsumer:
                     level = logging.DEBUG if topic.startswith(RETRY_PREFIX) else logging.WARNING
                     log.log(level, "rebalance of %s: %s", topic, err)
                     continue
+                if self._closing:
+                    return
                 if wanted is None:
                     continue
                 owned = [q for q in self._queues if q.topic == topic]
@@ -374,6 +381,7 @@ class AsyncPushConsumer:
         return self.config.allocate(self.group, self.client_id, queues, ids)
 
     def _start_queue(self, queue: MessageQueue) -> None:
+        assert not self._closing, queue
         pq = ProcessQueue(queue)
         scope = trio.CancelScope()
         self._queues[queue] = pq
