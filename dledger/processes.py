@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -96,7 +97,7 @@ def spawn(
     (a Ctrl-C in the terminal is for us, not for it)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             list(command),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -104,6 +105,38 @@ def spawn(
             env=child_env(env),
             start_new_session=True,
         )
+    _SPAWNED.add(process)
+    return process
+
+
+# Every process `spawn` started here (while its Popen lives), for kill_spawned.
+_SPAWNED: weakref.WeakSet[subprocess.Popen[bytes]] = weakref.WeakSet()
+
+
+def kill_spawned() -> list[int]:
+    """kill -9 every process `spawn` started in this process that still runs (paused ones
+    too); their pids. They run in sessions of their own, so nothing else stops them when we
+    die without stopping them ourselves."""
+    killed = []
+    for process in list(_SPAWNED):
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+            killed.append(process.pid)
+    return killed
+
+
+def kill_spawned_on_sigterm() -> None:
+    """From now on a SIGTERM to this process first kills what `spawn` started, then ends it
+    as the SIGTERM would have. For a test runner: pytest runs no teardown on SIGTERM, so a
+    killed run left its clusters running."""
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        kill_spawned()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def kill_process(process: subprocess.Popen[bytes]) -> None:

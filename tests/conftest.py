@@ -14,7 +14,14 @@ from unittest import mock
 import pytest
 from pyspark.sql import SparkSession
 
+from dledger.processes import kill_spawned_on_sigterm
 from spark import jvm_archive, session
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # a run stopped by SIGTERM (a CI timeout, a kill) runs no fixture teardown: the clusters
+    # the tests started would outlive it
+    kill_spawned_on_sigterm()
 
 
 @pytest.fixture(scope="session")
