@@ -76,8 +76,7 @@ class Written:
 class _Waiter:
     """One write proposed here: woken by its answer, or by WritePath.run giving it up."""
 
-    deadline: float
-    since: float  # when it was proposed
+    since: float  # when it was proposed (its deadline is in WritePath's heap)
     event: trio.Event = attrs.Factory(trio.Event)
     answer: AppendReply | None = None
 
@@ -185,7 +184,7 @@ class WritePath:
         if not self._running:
             raise RuntimeError("WritePath.run is not running: nothing would give writes up")
         now = trio.current_time()
-        waiter = _Waiter(deadline, now)
+        waiter = _Waiter(now)
         node.submit_append(bodies, waiter.reply)
         self._waiters.add(waiter)
         heapq.heappush(self._deadlines, (deadline, next(self._sequence), waiter))

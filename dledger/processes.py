@@ -113,17 +113,12 @@ def spawn(
 _SPAWNED: weakref.WeakSet[subprocess.Popen[bytes]] = weakref.WeakSet()
 
 
-def kill_spawned() -> list[int]:
-    """kill -9 every process `spawn` started in this process that still runs (paused ones
-    too); their pids. They run in sessions of their own, so nothing else stops them when we
+def kill_spawned() -> None:
+    """kill -9 (and reap) every process `spawn` started in this process that still runs,
+    paused ones too. They run in sessions of their own, so nothing else stops them when we
     die without stopping them ourselves."""
-    killed = []
     for process in list(_SPAWNED):
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
-            killed.append(process.pid)
-    return killed
+        kill_process(process)
 
 
 def kill_spawned_on_sigterm() -> None:
