@@ -12,15 +12,15 @@ import time
 from pathlib import Path
 
 from broker.localcluster import BrokerReplica, ClusterStatus
+from devcluster.cli import format_cluster_status
 from dledger.config import Address
-from dledger.dev import format_cluster_status
 from dledger.processes import free_port_block, wait_until
 
 from .test_localcluster import FAKE_BROKER, gone
 
 
 def dev_command(data: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "dledger.dev", "--data", str(data), *args]
+    return [sys.executable, "-m", "devcluster", "--data", str(data), *args]
 
 
 def dev(data: Path, *args: str) -> subprocess.CompletedProcess[str]:

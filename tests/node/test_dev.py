@@ -17,7 +17,7 @@ from dledger.processes import free_port_block
 
 def dev(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dledger.dev", "--data", str(data), *args],
+        [sys.executable, "-m", "devcluster", "--data", str(data), *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -59,7 +59,7 @@ def test_foreground_shows_a_table_and_stops_the_group_on_ctrl_c(tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "dledger.dev",
+            "devcluster",
             "--data",
             str(data),
             "up",

@@ -1,0 +1,5 @@
+import sys
+
+from devcluster.cli import main
+
+sys.exit(main())
