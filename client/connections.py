@@ -35,11 +35,16 @@ class ConnectionPool:
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, trio.Lock] = {}
 
+    def live(self, address: str) -> Connection | None:
+        """The open connection to `address`, if there is one (`get` without connecting)."""
+        conn = self._connections.get(address)
+        return None if conn is None or conn.closed else conn
+
     async def get(self, address: str, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Connection:
         """The live connection to `address`, connecting if there is none. Raises OSError or
         trio.TooSlowError when it cannot connect."""
-        conn = self._connections.get(address)
-        if conn is not None and not conn.closed:
+        conn = self.live(address)
+        if conn is not None:
             return conn
         lock = self._connecting.setdefault(address, trio.Lock())
         async with lock:  # one connect per address at a time; the others wait for it
@@ -59,8 +64,10 @@ class ConnectionPool:
     ) -> RemotingCommand:
         """Send on the connection to `address`; raises what Connection.request raises, and
         OSError / trio.TooSlowError for a connect that fails."""
-        with trio.fail_after(timeout_s):
-            conn = await self.get(address, min(CONNECT_TIMEOUT_S, timeout_s))
+        conn = self.live(address)
+        if conn is None:
+            with trio.fail_after(timeout_s):
+                conn = await self.get(address, min(CONNECT_TIMEOUT_S, timeout_s))
         return await conn.request(command, timeout_s)
 
     def drop(self, address: str) -> None:

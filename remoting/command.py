@@ -53,6 +53,36 @@ class RemotingCommand:
             serialization=serialization,
         )
 
+    def with_opaque(self, opaque: int, flag: int | None = None) -> RemotingCommand:
+        """This command under another opaque (and flag): what a connection sends. Built
+        directly, as `attrs.evolve` costs several times more on every request and answer."""
+        return RemotingCommand(
+            self.code,
+            opaque,
+            self.flag if flag is None else flag,
+            self.remark,
+            self.ext_fields,
+            self.body,
+            self.language,
+            self.version,
+            self.serialization,
+        )
+
+    def answering(self, request: RemotingCommand) -> RemotingCommand:
+        """This response as the answer to `request`: its opaque and serialization, the
+        response bit (whatever a handler built, the connection matches it so)."""
+        return RemotingCommand(
+            self.code,
+            request.opaque,
+            FLAG_RESPONSE,
+            self.remark,
+            self.ext_fields,
+            self.body,
+            self.language,
+            self.version,
+            request.serialization,
+        )
+
     def response(
         self,
         code: int = ResponseCode.SUCCESS,

@@ -49,3 +49,29 @@ async def test_a_dropped_connection_is_reset_not_closed_after_its_queued_bytes()
             await ended.wait()
         assert seen == ["request", "reset"]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_request_on_the_open_connection_is_bounded_by_its_timeout_too() -> None:
+    """The second request finds the connection open (ConnectionPool.live, no connect) and still
+    ends at its timeout."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+
+    async def silent_broker(stream: trio.SocketStream) -> None:
+        while await stream.receive_some(65536):
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, silent_broker, listeners)
+        pool = ConnectionPool(nursery)
+        address = f"127.0.0.1:{port}"
+        assert pool.live(address) is None
+        request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {})
+        with pytest.raises(RequestTimeout):
+            await pool.request(address, request, timeout_s=0.2)
+        first = pool.live(address)
+        assert first is not None
+        with pytest.raises(RequestTimeout):
+            await pool.request(address, request, timeout_s=0.2)
+        assert pool.live(address) is first  # the same connection, not a new one
+        nursery.cancel_scope.cancel()
