@@ -12,6 +12,9 @@ from remoting.command import RemotingCommand
 from remoting.connection import Connection
 
 Handler = Callable[[Broker, RemotingCommand, Connection], Awaitable[RemotingCommand]]
+BatchHandler = Callable[
+    [Broker, list[RemotingCommand], Connection], Awaitable[list[RemotingCommand]]
+]
 
 HANDLERS: dict[int, Handler] = {
     RequestCode.SEND_MESSAGE: send.handle_send,
@@ -47,9 +50,23 @@ HANDLERS: dict[int, Handler] = {
     RequestCode.GET_CONSUME_STATS: stats.handle_consume_stats,
 }
 
+# Sends read from one connection in one go share one append (broker/send.py handle_sends).
+BATCHED: dict[int, BatchHandler] = {
+    RequestCode.SEND_MESSAGE: send.handle_sends,
+    RequestCode.SEND_MESSAGE_V2: send.handle_sends,
+    RequestCode.SEND_BATCH_MESSAGE: send.handle_sends,
+}
+
 
 def bound(
     broker: Broker,
 ) -> dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]]:
     """The table with `broker` bound, as remoting.dispatch.Dispatcher takes it."""
     return {code: partial(handler, broker) for code, handler in HANDLERS.items()}
+
+
+def bound_batched(
+    broker: Broker,
+) -> dict[int, Callable[[list[RemotingCommand], Connection], Awaitable[list[RemotingCommand]]]]:
+    """BATCHED with `broker` bound, as Dispatcher's `batched` takes it."""
+    return {code: partial(handler, broker) for code, handler in BATCHED.items()}

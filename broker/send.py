@@ -47,14 +47,14 @@ from broker.transactions import (
     is_half,
     strip_half_offset,
 )
-from broker.writes import WriteFailed, WriteUnknown
+from broker.writes import WriteFailed, WriteUnknown, Written
 from dledger.client import ClientError
 from remoting import properties as props
 from remoting import stored_message
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import RequestCode, ResponseCode, code_name
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.errors import BadProperty, MessageFormatError, PropertiesTooLong
+from remoting.errors import BadProperty, HeaderFieldError, MessageFormatError, PropertiesTooLong
 from remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from remoting.message_id import offset_msg_id
 
@@ -147,23 +147,98 @@ def topic_for_send(
     return config, encode_meta(Metadata.topic_op(config))
 
 
+@attrs.define
+class _Prepared:
+    """One send request made into log entries, not written yet."""
+
+    request: RemotingCommand
+    outgoing: list[Outgoing]
+    metas: list[bytes]  # entries that must precede the records (a topic's creation, ...)
+    records: list[bytes]
+    queue_id: int
+    halves: int  # half messages of a transaction among the records
+
+
 async def handle_send(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
-    short = request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
-    header = SendMessageRequestHeader.decode(request.ext_fields, short_names=short)
     try:
-        return await _send(broker, request, connection, header)
+        prepared = _prepare(broker, request, connection)
+        _check_disk(broker)
+        bodies = prepared.metas + prepared.records
+        try:
+            written = await broker.writes.append(bodies, SEND_TIMEOUT_S)
+        except (WriteFailed, WriteUnknown) as err:
+            raise _write_refusal(err, prepared) from err
+        first = written.last_index - len(prepared.records) + 1
+        return await _answer(broker, prepared, written, first)
     except SendRefused as refused:
         return request.response(refused.code, refused.remark)
 
 
-async def _send(
-    broker: Broker,
-    request: RemotingCommand,
-    connection: Connection,
-    header: SendMessageRequestHeader,
-) -> RemotingCommand:
+async def handle_sends(
+    broker: Broker, requests: list[RemotingCommand], connection: Connection
+) -> list[RemotingCommand]:
+    """Send requests read from one connection in one go (remoting.connection.Batching): each
+    made into entries and checked on its own, then one append of all of them (each request's
+    entries consecutive, in the order the requests came; the entries creating topics first), and
+    one answer each. Per request this is what handle_send does; per batch it is one task, one
+    write and one wait for the commit instead of one each."""
+    responses: list[RemotingCommand | None] = [None] * len(requests)
+    prepared: list[tuple[int, _Prepared]] = []
+    for i, request in enumerate(requests):
+        try:
+            prepared.append((i, _prepare(broker, request, connection)))
+        except SendRefused as refused:
+            responses[i] = request.response(refused.code, refused.remark)
+        except HeaderFieldError as err:  # as remoting.dispatch answers it for a single request
+            log.info("%s: bad %s: %s", connection.peer, code_name(request.code), err)
+            responses[i] = request.response(ResponseCode.SYSTEM_ERROR, str(err))
+    if prepared:
+        metas = list(dict.fromkeys(meta for _, p in prepared for meta in p.metas))
+        records = [record for _, p in prepared for record in p.records]
+        try:
+            _check_disk(broker)
+            written = await broker.writes.append(metas + records, SEND_TIMEOUT_S)
+        except SendRefused as refused:
+            for i, _ in prepared:
+                responses[i] = requests[i].response(refused.code, refused.remark)
+        except (WriteFailed, WriteUnknown) as err:
+            for i, p in prepared:
+                failed = _write_refusal(err, p)
+                responses[i] = requests[i].response(failed.code, failed.remark)
+        else:
+            first = written.last_index - len(records) + 1
+            for i, p in prepared:
+                try:
+                    responses[i] = await _answer(broker, p, written, first)
+                except SendRefused as refused:
+                    responses[i] = requests[i].response(refused.code, refused.remark)
+                first += len(p.records)
+    assert all(r is not None for r in responses)
+    return [r for r in responses if r is not None]
+
+
+def _check_disk(broker: Broker) -> None:
+    disk_full = broker.disk.full()
+    if disk_full is not None:  # RocketMQ's checkStoreStatus: the store is not writable
+        raise SendRefused(
+            ResponseCode.SERVICE_NOT_AVAILABLE,
+            f"service not available now. It may be caused by one of the following reasons: "
+            f"{disk_full}, messages are put to the slave, message store has been shut down, etc.",
+        )
+
+
+def _write_refusal(err: WriteFailed | WriteUnknown, prepared: _Prepared) -> SendRefused:
+    if isinstance(err, WriteFailed):
+        return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {err}")
+    return _outcome_unknown(prepared.outgoing, f"(the message may be stored): {err}")
+
+
+def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -> _Prepared:
+    """The request's entries, or SendRefused (HeaderFieldError for a header it cannot read)."""
+    short = request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+    header = SendMessageRequestHeader.decode(request.ext_fields, short_names=short)
     dead = _dead_letter(broker, header)
     config, create = dead if dead is not None else topic_for_send(broker, header)
     if not config.perm & PERM_WRITE:
@@ -251,34 +326,25 @@ async def _send(
                 f"{broker.config.message_bytes_max}",
             )
         records.append(record)
-    disk_full = broker.disk.full()
-    if disk_full is not None:  # RocketMQ's checkStoreStatus: the store is not writable
-        raise SendRefused(
-            ResponseCode.SERVICE_NOT_AVAILABLE,
-            f"service not available now. It may be caused by one of the following reasons: "
-            f"{disk_full}, messages are put to the slave, message store has been shut down, etc.",
-        )
-    bodies = metas + records
+    return _Prepared(request, outgoing, metas, records, queue_id, halves)
+
+
+async def _answer(
+    broker: Broker, prepared: _Prepared, written: Written, first: int
+) -> RemotingCommand:
+    """SEND_OK for a request whose records were written from log index `first` on."""
+    request, outgoing, queue_id = prepared.request, prepared.outgoing, prepared.queue_id
+    store_host = broker.store_host
+    last = first + len(prepared.records) - 1
     try:
-        written = await broker.writes.append(bodies, SEND_TIMEOUT_S)
-    except WriteFailed as err:
-        raise SendRefused(
-            ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {err}"
-        ) from err
-    except WriteUnknown as err:
-        raise _outcome_unknown(outgoing, f"(the message may be stored): {err}") from err
-    first = written.last_index - len(records) + 1
-    try:
-        placed = await broker.placements(
-            first, written.last_index, shaped_here=written.through_leader
-        )
+        placed = await broker.placements(first, last, shaped_here=written.through_leader)
     except ClientError as err:  # stored, but this replica cannot learn where yet
         raise _outcome_unknown(
             outgoing,
             f"(the message is stored at log index {first}, but its queue offset could not be "
             f"read: {err})",
         ) from err
-    uniq = props.find(outgoing[0].properties, b"UNIQ_KEY") if halves else None
+    uniq = props.find(outgoing[0].properties, b"UNIQ_KEY") if prepared.halves else None
     response = SendMessageResponseHeader(
         msg_id=",".join(offset_msg_id(store_host, p.physical_offset) for p in placed),
         queue_id=queue_id,
@@ -413,4 +479,4 @@ def _host(peer: str) -> tuple[str, int]:
         return "127.0.0.1", 0
 
 
-__all__ = ["Placed", "handle_send"]
+__all__ = ["Placed", "handle_send", "handle_sends"]

@@ -22,7 +22,7 @@ import trio
 from broker.clients import ClientRegistry
 from broker.config import BrokerConfig, parse_or_exit
 from broker.context import Broker
-from broker.handlers import bound
+from broker.handlers import bound, bound_batched
 from broker.offsets import OffsetCoalescer
 from broker.registration import Registrar
 from broker.schedule import run_schedules
@@ -78,7 +78,7 @@ async def serve(
                 nursery.start_soon(propose_snapshots, broker)
                 nursery.start_soon(run_schedules, broker)
                 nursery.start_soon(run_checks, broker)
-                server = RemotingServer(Dispatcher(bound(broker)))
+                server = RemotingServer(Dispatcher(bound(broker), batched=bound_batched(broker)))
                 listen = config.listen
                 await nursery.start(server.serve_tcp, listen.host, listen.port)
                 nursery.start_soon(broker.registrar.run)

@@ -19,6 +19,7 @@ import logging
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from typing import Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -28,12 +29,24 @@ from remoting.codes import FLAG_ONEWAY, ResponseCode, code_name
 from remoting.command import RemotingCommand
 from remoting.errors import ConnectionClosed, FrameError, RequestTimeout
 from remoting.frame import FrameDecoder, encode
+from remoting.limits import BATCH_BODY_BYTES_MAX, BATCH_REQUESTS_MAX
 
 log = logging.getLogger("remoting.connection")
 
 # Answers a request; it returns the response (`request.response(...)`). Exceptions it raises
 # become SYSTEM_ERROR answers (see remoting/dispatch.py for the code table that builds one).
 RequestHandler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand]]
+# Answers several requests of one code at once: one response per request, in their order.
+BatchHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand]]]
+
+
+@runtime_checkable
+class Batching(Protocol):
+    """A RequestHandler that also handles some codes in batches (remoting.dispatch.Dispatcher):
+    the requests of such a code read from a connection in one go are handed over together."""
+
+    def batch_handler(self, code: int) -> BatchHandler | None: ...
+
 
 TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
@@ -64,6 +77,7 @@ class Connection:
         self.peer = peer
         self._stream = stream
         self._handler = handler
+        self._batching = handler if isinstance(handler, Batching) else None
         self._decoder = FrameDecoder(frame_bytes_max)
         self._outbox_in, self._outbox_out = trio.open_memory_channel[bytes](
             limits.OUTBOX_FRAMES_MAX
@@ -184,11 +198,16 @@ class Connection:
         """Returns why the connection ended."""
         try:
             while True:
+                batches: dict[int, list[RemotingCommand]] = {}
                 for command in self._decoder.commands():
                     if command.is_response:
                         self._deliver(command)
+                    elif self._batched(command):
+                        batches.setdefault(command.code, []).append(command)
                     else:
                         await self._start_handling(command, nursery)
+                for requests in batches.values():
+                    await self._start_batches(requests, nursery)
                 data = await self._stream.receive_some(limits.RECEIVE_BYTES)
                 if not data:
                     self._decoder.check_closed()
@@ -222,6 +241,69 @@ class Connection:
         self._in_flight += 1
         self._idle = trio.Event()
         nursery.start_soon(self._handle, request)
+
+    def _batched(self, request: RemotingCommand) -> bool:
+        return (
+            self._batching is not None
+            and len(request.body) < BATCH_BODY_BYTES_MAX
+            and self._batching.batch_handler(request.code) is not None
+        )
+
+    async def _start_batches(self, requests: list[RemotingCommand], nursery: trio.Nursery) -> None:
+        """Requests of one batched code read in one go: handled in batches of at most
+        BATCH_REQUESTS_MAX requests and BATCH_BODY_BYTES_MAX bytes, in the order they came."""
+        assert self._batching is not None
+        handler = self._batching.batch_handler(requests[0].code)
+        assert handler is not None
+        batch: list[RemotingCommand] = []
+        size = 0
+        for request in requests:
+            if batch and (
+                len(batch) == BATCH_REQUESTS_MAX or size + len(request.body) > BATCH_BODY_BYTES_MAX
+            ):
+                await self._start_batch(batch, handler, nursery)
+                batch, size = [], 0
+            batch.append(request)
+            size += len(request.body)
+        await self._start_batch(batch, handler, nursery)
+
+    async def _start_batch(
+        self, batch: list[RemotingCommand], handler: BatchHandler, nursery: trio.Nursery
+    ) -> None:
+        room = self._in_flight_max - self._in_flight
+        taken, rest = batch[:room], batch[room:]
+        if len(taken) == 1:
+            await self._start_handling(taken[0], nursery)
+        elif taken:
+            self._in_flight += len(taken)
+            self._idle = trio.Event()
+            nursery.start_soon(self._handle_batch, taken, handler)
+        for request in rest:  # past the bound: refused SYSTEM_BUSY, as _start_handling does
+            await self._start_handling(request, nursery)
+
+    async def _handle_batch(self, batch: list[RemotingCommand], handler: BatchHandler) -> None:
+        try:
+            try:
+                responses = await handler(batch, self)
+                assert len(responses) == len(batch), (len(responses), len(batch))
+                frames = [encode(r.answering(q)) for q, r in zip(batch, responses, strict=True)]
+            except Exception as err:  # a handler bug: answer them all, log it, keep going
+                log.exception(
+                    "%s: handling %d %s failed", self.peer, len(batch), code_name(batch[0].code)
+                )
+                remark = f"{type(err).__name__}: {err}"[:1000]
+                frames = [encode(q.response(ResponseCode.SYSTEM_ERROR, remark)) for q in batch]
+            # one item for the writer: frames put one by one would each wake it, and each go
+            # out in a send of its own
+            answers = b"".join(f for q, f in zip(batch, frames, strict=True) if not q.is_oneway)
+            if answers:
+                await self._put(answers)
+        except ConnectionClosed:
+            log.debug("%s: closed before %d requests were answered", self.peer, len(batch))
+        finally:
+            self._in_flight -= len(batch)
+            if not self._in_flight:
+                self._idle.set()
 
     async def _handle(self, request: RemotingCommand) -> None:
         try:

@@ -13,17 +13,30 @@ from collections.abc import Mapping
 
 from remoting.codes import ResponseCode, code_name
 from remoting.command import RemotingCommand
-from remoting.connection import Connection, RequestHandler
+from remoting.connection import BatchHandler, Connection, RequestHandler
 from remoting.errors import HeaderFieldError
 
 log = logging.getLogger("remoting.dispatch")
 
 
 class Dispatcher:
-    """Call it as a RequestHandler: `Connection(stream, Dispatcher({code: handler}), ...)`."""
+    """Call it as a RequestHandler: `Connection(stream, Dispatcher({code: handler}), ...)`.
 
-    def __init__(self, handlers: Mapping[int, RequestHandler]) -> None:
+    `batched` maps codes to handlers of several requests at once (remoting.connection.Batching):
+    a connection hands them the requests of that code it read in one go. Such a handler answers
+    each request on its own, errors in one request's header included; an exception it raises
+    answers the whole batch SYSTEM_ERROR."""
+
+    def __init__(
+        self,
+        handlers: Mapping[int, RequestHandler],
+        batched: Mapping[int, BatchHandler] | None = None,
+    ) -> None:
         self.handlers = dict(handlers)
+        self.batched = dict(batched or {})
+
+    def batch_handler(self, code: int) -> BatchHandler | None:
+        return self.batched.get(code)
 
     async def __call__(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
         handler = self.handlers.get(request.code)

@@ -23,6 +23,11 @@ CONNECTIONS_MAX = 4096  # per server; one more is closed at once with a log line
 # never blocks the others; past this the request is answered SYSTEM_BUSY at once, as Java does
 # when a processor's pool rejects it. A consumer holds one pull per queue it owns on a broker.
 REQUESTS_IN_FLIGHT_MAX = 1024
+# Requests of one code with a batch handler (the broker's sends) read from a connection in one
+# go are handled as one batch (one task, one append, answers in one write) up to this many and
+# this many body bytes; a larger request is handled on its own.
+BATCH_REQUESTS_MAX = 64
+BATCH_BODY_BYTES_MAX = 1 * MiB
 # Frames waiting for the connection's one writer. A full outbox makes handlers wait, and the
 # reader stops reading, so TCP pushes back on a peer that sends but does not read.
 OUTBOX_FRAMES_MAX = 256
@@ -37,6 +42,7 @@ assert MESSAGE_BODY_BYTES_MAX + 64 * KiB <= FRAME_BYTES_MAX  # a message and its
 assert HEADER_BYTES_MAX < FRAME_BYTES_MAX  # the frame's bound is the tighter one for headers
 assert REQUESTS_IN_FLIGHT_MAX >= 64  # a consumer owning many queues of one broker long-polls each
 assert RECEIVE_BYTES <= FRAME_BYTES_MAX
+assert BATCH_REQUESTS_MAX <= REQUESTS_IN_FLIGHT_MAX
 
 # Requests already read when a client closes its connection are still handled for this long
 # (a send's own timeout is 3 s); held pulls and the like are cancelled after it.
