@@ -2,10 +2,12 @@
 
 The peer's requests each run in their own task (at most REQUESTS_IN_FLIGHT_MAX at once; past
 that one is answered SYSTEM_BUSY at once), so a long-polled pull never holds up the requests
-behind it. Every request gets exactly one answer, unless it has the one-way bit: the C++ client
-sends what it treats as one-way with flag 0, and drops the answer. Answers and our own requests
-go out through one writer task and a bounded outbox. Our own requests (`request`,
-`send_oneway`) are matched to their responses by opaque, with any number in flight.
+behind it. A handler that is `Batching` (remoting.dispatch.Dispatcher with `batched` codes) gets
+the requests of such a code that one read delivered together, in one task, and their answers
+go to the writer together. Every request gets exactly one answer, unless it has the one-way
+bit: the C++ client sends what it treats as one-way with flag 0, and drops the answer. Answers
+and our own requests go out through one writer task and a bounded outbox. Our own requests
+(`request`, `send_oneway`) are matched to their responses by opaque, with any number in flight.
 
 A frame we cannot read (too large, a lying length, a bad header) ends this connection with one
 log line; other connections never notice.
