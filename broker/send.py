@@ -49,6 +49,7 @@ from broker.transactions import (
 )
 from broker.writes import WriteFailed, WriteUnknown, Written
 from dledger.client import ClientError
+from dledger.limits import PROPOSAL_ENTRIES_MAX
 from remoting import properties as props
 from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode, code_name
@@ -69,6 +70,9 @@ NOT_SENDABLE = frozenset({*SCHEDULE_TOPICS, HALF_TOPIC})  # RocketMQ's NOT_ALLOW
 DELAYABLE = (0, 0x8)  # as RocketMQ, only a plain or committed message is delayed
 DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
 SEND_TIMEOUT_S = 3.0  # the C++ client's default send timeout; a write waits at most this
+# sends read together share appends of at most this many entries (a leader takes at most
+# PROPOSAL_ENTRIES_MAX in one append; a forwarded larger one is refused BAD_REQUEST)
+APPEND_ENTRIES_MAX = PROPOSAL_ENTRIES_MAX // 2
 
 
 @attrs.frozen
@@ -183,7 +187,8 @@ async def handle_sends(
     made into entries and checked on its own, then one append of all of them (each request's
     entries consecutive, in the order the requests came; the entries creating topics first), and
     one answer each. Per request this is what handle_send does; per batch it is one task, one
-    write and one wait for the commit instead of one each."""
+    write and one wait for the commit instead of one each (more than one append only past
+    APPEND_ENTRIES_MAX entries)."""
     responses: list[RemotingCommand | None] = [None] * len(requests)
     prepared: list[tuple[int, _Prepared]] = []
     for i, request in enumerate(requests):
@@ -194,29 +199,54 @@ async def handle_sends(
         except HeaderFieldError as err:  # as remoting.dispatch answers it for a single request
             log.info("%s: bad %s: %s", connection.peer, code_name(request.code), err)
             responses[i] = request.response(ResponseCode.SYSTEM_ERROR, str(err))
-    if prepared:
-        metas = list(dict.fromkeys(meta for _, p in prepared for meta in p.metas))
-        records = [record for _, p in prepared for record in p.records]
-        try:
-            _check_disk(broker)
-            written = await broker.writes.append(metas + records, SEND_TIMEOUT_S)
-        except SendRefused as refused:
-            for i, _ in prepared:
-                responses[i] = requests[i].response(refused.code, refused.remark)
-        except (WriteFailed, WriteUnknown) as err:
-            for i, p in prepared:
-                failed = _write_refusal(err, p)
-                responses[i] = requests[i].response(failed.code, failed.remark)
-        else:
-            first = written.last_index - len(records) + 1
-            for i, p in prepared:
-                try:
-                    responses[i] = await _answer(broker, p, written, first)
-                except SendRefused as refused:
-                    responses[i] = requests[i].response(refused.code, refused.remark)
-                first += len(p.records)
+    for chunk in _appends(prepared):
+        await _append_and_answer(broker, chunk, responses)
     assert all(r is not None for r in responses)
     return [r for r in responses if r is not None]
+
+
+def _appends(prepared: list[tuple[int, _Prepared]]) -> list[list[tuple[int, _Prepared]]]:
+    """The prepared requests in runs of at most APPEND_ENTRIES_MAX entries, one append each
+    (a leader refuses a larger append: dledger.limits.PROPOSAL_ENTRIES_MAX); a request larger
+    than that alone is one run, as it would be on its own."""
+    runs: list[list[tuple[int, _Prepared]]] = []
+    entries = 0
+    for item in prepared:
+        size = len(item[1].metas) + len(item[1].records)
+        if not runs or entries + size > APPEND_ENTRIES_MAX:
+            runs.append([])
+            entries = 0
+        runs[-1].append(item)
+        entries += size
+    return runs
+
+
+async def _append_and_answer(
+    broker: Broker, run: list[tuple[int, _Prepared]], responses: list[RemotingCommand | None]
+) -> None:
+    """One append of `run`'s entries (those creating topics first, then each request's records
+    in order) and each request's answer into `responses`."""
+    metas = list(dict.fromkeys(meta for _, p in run for meta in p.metas))
+    records = [record for _, p in run for record in p.records]
+    try:
+        _check_disk(broker)
+        written = await broker.writes.append(metas + records, SEND_TIMEOUT_S)
+    except SendRefused as refused:
+        for i, p in run:
+            responses[i] = p.request.response(refused.code, refused.remark)
+        return
+    except (WriteFailed, WriteUnknown) as err:
+        for i, p in run:
+            failed = _write_refusal(err, p)
+            responses[i] = p.request.response(failed.code, failed.remark)
+        return
+    first = written.last_index - len(records) + 1
+    for i, p in run:
+        try:
+            responses[i] = await _answer(broker, p, written, first)
+        except SendRefused as refused:
+            responses[i] = p.request.response(refused.code, refused.remark)
+        first += len(p.records)
 
 
 def _check_disk(broker: Broker) -> None:

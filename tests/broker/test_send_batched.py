@@ -5,14 +5,18 @@ and every replica holding the same records."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 import trio
 
-from broker import handlers
+from broker import handlers, send
 from broker.context import Broker
+from dledger.limits import PROPOSAL_ENTRIES_MAX
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
@@ -29,7 +33,8 @@ BatchHandler = Callable[
 
 
 async def read_answers(stream: trio.SocketStream, count: int) -> dict[int, RemotingCommand]:
-    decoder, out = FrameDecoder(), {}
+    decoder = FrameDecoder()
+    out: dict[int, RemotingCommand] = {}
     with trio.fail_after(10):
         while len(out) < count:
             data = await stream.receive_some()
@@ -87,3 +92,43 @@ async def test_sends_read_together_share_an_append_and_are_answered_each(
     assert offsets[SENDS:] == [0, 1]
     assert NEW_TOPIC in topics
     assert len(set(pulled.values())) == 1  # every replica holds the same records
+
+
+def batch_body(count: int, tag: bytes) -> bytes:
+    """A SEND_BATCH body of `count` tiny messages (broker/send.py parse_batch's layout)."""
+    out = []
+    for n in range(count):
+        body = tag + b"-%d" % n
+        total = 20 + len(body) + 2
+        out.append(struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body + struct.pack(">h", 0))
+    return b"".join(out)
+
+
+def batch_request(topic: str, body: bytes) -> RemotingCommand:
+    request = send_request(topic, queue_id=2)
+    fields = dict(request.ext_fields)
+    fields["batch"] = "true"  # the C++ client's batch flag on SEND_MESSAGE
+    return RemotingCommand.request(request.code, fields, body)
+
+
+async def test_sends_past_one_append_s_entry_bound_go_in_several_appends_through_a_follower(
+    tmp_path: Path,
+) -> None:
+    """Nine batches of 1,024 messages read together are more entries than one append may carry
+    (a leader refuses a forwarded append past PROPOSAL_ENTRIES_MAX, 8,192): the follower that
+    took them appends them in runs and every batch is stored."""
+    count = send.BATCH_MESSAGES_MAX
+    requests = [batch_request(TOPIC, batch_body(count, b"b%d" % k)) for k in range(9)]
+    assert len(requests) * count > PROPOSAL_ENTRIES_MAX
+    async with broker_group(tmp_path) as group:
+        follower = group.follower()
+        # handed over as a connection would after one read: how many one read brings is the
+        # kernel's business
+        peer = cast(Connection, SimpleNamespace(peer="127.0.0.1:40000"))
+        with trio.fail_after(30):
+            answers = dict(enumerate(await send.handle_sends(follower, requests, peer)))
+    assert all(a.code == ResponseCode.SUCCESS for a in answers.values()), [
+        a.remark for a in answers.values()
+    ]
+    offsets = sorted(int(a.ext_fields["queueOffset"]) for a in answers.values())
+    assert offsets == [k * count for k in range(len(requests))]
