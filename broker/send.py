@@ -166,18 +166,9 @@ class _Prepared:
 async def handle_send(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
-    try:
-        prepared = _prepare(broker, request, connection)
-        _check_disk(broker)
-        bodies = prepared.metas + prepared.records
-        try:
-            written = await broker.writes.append(bodies, SEND_TIMEOUT_S)
-        except (WriteFailed, WriteUnknown) as err:
-            raise _write_refusal(err, prepared) from err
-        first = written.last_index - len(prepared.records) + 1
-        return await _answer(broker, prepared, written, first)
-    except SendRefused as refused:
-        return request.response(refused.code, refused.remark)
+    """One send request, as a batch of one (handle_sends)."""
+    (response,) = await handle_sends(broker, [request], connection)
+    return response
 
 
 async def handle_sends(
