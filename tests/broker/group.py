@@ -22,7 +22,7 @@ from broker.context import Broker
 from broker.server import serve
 from broker.state import Geometry
 from dledger.config import Address
-from dledger.localgroup import free_port
+from dledger.processes import free_port_block
 from remoting import properties as props
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
@@ -66,7 +66,11 @@ class Group:
 
 @asynccontextmanager
 async def broker_group(tmp_path: Path, **config: Any) -> AsyncIterator[Group]:
-    peers = {n: Address("127.0.0.1", free_port()) for n in REPLICAS}
+    # six distinct ports: free_port() twice may hand out the same one (it failed a full run
+    # with "listenPort ... is also this replica's Raft address")
+    first = free_port_block(2 * len(REPLICAS))
+    peers = {n: Address("127.0.0.1", first + k) for k, n in enumerate(REPLICAS)}
+    listens = {n: Address("127.0.0.1", first + len(REPLICAS) + k) for k, n in enumerate(REPLICAS)}
     config.setdefault("message_bytes_max", MESSAGE_BYTES_MAX)
     config.setdefault("namesrv", ())
     async with trio.open_nursery() as nursery:
@@ -77,7 +81,7 @@ async def broker_group(tmp_path: Path, **config: Any) -> AsyncIterator[Group]:
                 self_id=n,
                 peers=peers,
                 store_root=tmp_path / n,
-                listen=Address("127.0.0.1", free_port()),
+                listen=listens[n],
                 segment_bytes=SEGMENT_BYTES,
                 **config,
             )

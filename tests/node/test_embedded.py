@@ -11,9 +11,9 @@ import trio.testing
 from dledger.client import open_client
 from dledger.config import Address, NodeConfig
 from dledger.hosting import host_node
-from dledger.localgroup import free_port
 from dledger.log.store import LogStore, StoreConfig
 from dledger.node import Node
+from dledger.processes import free_port_block
 from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Role, RoleState
 from dledger.wire import Status
@@ -33,7 +33,8 @@ class Recorder:
 
 
 async def test_state_machine_sees_every_committed_entry_once_in_order(tmp_path: Path) -> None:
-    peers = {f"n{i}": Address("127.0.0.1", free_port()) for i in range(3)}
+    first = free_port_block(3)  # distinct: free_port() twice may give the same port
+    peers = {f"n{i}": Address("127.0.0.1", first + i) for i in range(3)}
     recorders = {n: Recorder() for n in peers}
     roles: dict[str, list[RoleState]] = {n: [] for n in peers}
     stores = {

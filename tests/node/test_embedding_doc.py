@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from dledger import Role
-from dledger.localgroup import free_port
+from dledger.processes import free_port_block
 
 DOC = Path(__file__).parents[2] / "docs" / "embedding.md"
 
@@ -32,7 +32,8 @@ def test_the_example_is_about_twenty_lines() -> None:
 
 async def test_three_replicas_of_the_example_agree(tmp_path: Path) -> None:
     ns = doc_namespace()
-    peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
+    first = free_port_block(3)  # distinct: free_port() twice may give the same port
+    peers = ";".join(f"n{i}-127.0.0.1:{first + i}" for i in range(3))
     machines = {f"n{i}": ns["WordCount"]() for i in range(3)}
     async with trio.open_nursery() as nursery:
         nodes = {
