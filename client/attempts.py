@@ -145,16 +145,13 @@ async def request_once(
     `drop_on_timeout` is false: a request cut short by its budget leaves the connection to the
     other requests on it, which may be answered yet."""
     started = trio.current_time()
-    conn = instance.pool.live(address)  # (no cancel scope for the usual case: a tenth of a send)
-    if conn is None:
-        try:
-            with trio.fail_after(min(CONNECT_TIMEOUT_S, timeout_s)):
-                conn = await instance.pool.get(address, min(CONNECT_TIMEOUT_S, timeout_s))
-        except (OSError, trio.TooSlowError, ValueError) as err:
-            reason = str(err) or type(err).__name__
-            return ReplicaFailure(address, f"cannot connect: {reason}")
-        if conn.closed:
-            return ReplicaFailure(address, "the connection closed before the request was sent")
+    try:
+        conn = await instance.pool.get_within(address, min(CONNECT_TIMEOUT_S, timeout_s))
+    except (OSError, trio.TooSlowError, ValueError) as err:
+        reason = str(err) or type(err).__name__
+        return ReplicaFailure(address, f"cannot connect: {reason}")
+    if conn.closed:
+        return ReplicaFailure(address, "the connection closed before the request was sent")
     left_s = timeout_s - (trio.current_time() - started)
     if left_s <= 0:
         return ReplicaFailure(address, "connected, but the send timeout ran out before sending")
