@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,8 @@ class BrokerState:
         # it proposed them, true only if they commit in that term: a deposed leader's guesses
         # stay here after other entries replaced them at those indexes, so only a send that
         # this replica committed as leader may read them (Broker.placements).
-        self._recent: dict[int, Placed] = {}
-        self._shaped: dict[int, Placed] = {}
+        self._recent: OrderedDict[int, Placed] = OrderedDict()
+        self._shaped: OrderedDict[int, Placed] = OrderedDict()
         # the leader's assignment of queue offsets (`shape`): valid while `_ready_term` is the
         # term it leads in; None while not leading or not yet caught up with its own log
         self._role = RoleState(Role.FOLLOWER, 0, None)
@@ -486,7 +487,11 @@ class BrokerState:
         return self.store.get_at(physical_offset - HEADER_BYTES).body
 
 
-def _bounded_put(table: dict[int, Placed], index: int, placed: Placed) -> None:
+def _bounded_put(table: OrderedDict[int, Placed], index: int, placed: Placed) -> None:
+    """Remember `placed` at `index`, forgetting the oldest past RECENT_SENDS_MAX. An OrderedDict,
+    not a dict: a dict whose first item is deleted again and again scans every slot freed at its
+    front to find the next first (until its next resize), ~33 us per put at this bound, two puts
+    per message on a leader (docs/decisions.md)."""
     table[index] = placed
     if len(table) > RECENT_SENDS_MAX:
-        del table[next(iter(table))]
+        table.popitem(last=False)

@@ -9,6 +9,7 @@ leader stored it at one of those indexes, and the answer carried the old guess (
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 import trio
 import trio.testing
 
+from broker import state as state_module
 from broker.context import Broker
 from broker.state import Placed
 from dledger.client import ClientError, RequestFailed
@@ -161,3 +163,18 @@ async def test_a_place_this_replica_cannot_tell_within_the_wait_is_asked_of_the_
     with pytest.raises(ClientError, match="INDEX_OUT_OF_RANGE"):
         await broker.placements(3145, 3145, shaped_here=False)
     assert client.gets == 1
+
+
+def test_recent_placements_keep_the_newest_and_forget_the_oldest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the bound evicts from the front of an OrderedDict: a plain dict made each eviction scan
+    # every slot freed before it (tens of microseconds a message at the real bound)
+    monkeypatch.setattr(state_module, "RECENT_SENDS_MAX", 4)
+    table: OrderedDict[int, Placed] = OrderedDict()
+    for index in range(1, 11):
+        state_module._bounded_put(table, index, Placed(0, index, index * 100))
+    assert list(table) == [7, 8, 9, 10]
+    assert table[10] == Placed(0, 10, 1000)
+    state_module._bounded_put(table, 9, Placed(1, 9, 900))  # a re-put replaces in place
+    assert list(table) == [7, 8, 9, 10] and table[9].queue_id == 1
