@@ -8,21 +8,53 @@ same value from the same string, so the derived files agree.
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Iterable
 
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"  # native order for cast("H")
 _MASK = 0xFFFFFFFF
 
+# Every replica hashes each message's "topic#UNIQ_KEY" for the IndexFile. A producer's UNIQ_KEYs
+# share their first 20 hex digits (address, pid, a random) and differ in the last 12 (time and a
+# counter), so the hash of all but the last TAIL characters is remembered: hash(head + tail) =
+# hash(head) * 31^len(tail) + hash(tail), mod 2^32. A third of the time of the whole loop.
+_TAIL = 12
+_TAIL_POWER = pow(31, _TAIL, 1 << 32)
+HEADS_MAX = 4096
+_heads: dict[bytes, int] = {}
 
-def java_string_hash(text: str) -> int:
-    """String.hashCode() of `text`: a signed 32-bit int."""
-    units = text.encode() if text.isascii() else memoryview(text.encode(_UTF16)).cast("H")
+
+def _units_hash(units: Iterable[int]) -> int:
     h = 0
     for unit in units:
         h = (31 * h + unit) & _MASK
+    return h
+
+
+def java_string_hash(text: str) -> int:
+    """String.hashCode() of `text`: a signed 32-bit int."""
+    if not text.isascii():
+        h = _units_hash(memoryview(text.encode(_UTF16)).cast("H"))
+    elif len(text) <= 2 * _TAIL:
+        h = _units_hash(text.encode())
+    else:
+        data = text.encode()
+        head = data[:-_TAIL]
+        h = _heads.get(head, -1)
+        if h < 0:
+            h = _units_hash(head)
+            if len(_heads) >= HEADS_MAX:
+                _heads.clear()
+            _heads[head] = h
+        tail = 0
+        for unit in data[-_TAIL:]:
+            tail = 31 * tail + unit  # 12 steps stay far below any size worth masking
+        h = (h * _TAIL_POWER + tail) & _MASK
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=4096)  # an application uses a few tags over and over
 def tags_code(tags: str | None) -> int:
     """The ConsumeQueue tag hash of a message's TAGS (MessageExtBrokerInner.tagsString2tagsCode):
     0 without tags, else the hashCode widened to a signed 64-bit long (so negative stays negative).

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from remoting.tag_hash import index_key_hash, java_string_hash, tags_code
 
@@ -45,3 +47,25 @@ def test_index_key_hash_is_abs(text: str, java: int) -> None:
     expected = 0 if java == -(2**31) else abs(java)  # IndexFile maps MIN_VALUE to 0
     assert index_key_hash(text) == expected
     assert 0 <= index_key_hash(text) < 2**31
+
+
+def plain_hash(text: str) -> int:
+    """The definition, step by step over UTF-16 code units, in int32 arithmetic."""
+    data = text.encode("utf-16-le")
+    h = 0
+    for k in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[k : k + 2], "little")) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+@settings(max_examples=500)
+@given(st.text(max_size=80) | st.text(alphabet="0123456789ABCDEF#%_-Topic", max_size=80))
+def test_the_remembered_head_gives_the_plain_hash(text: str) -> None:
+    # twice: the second time the head of a long text comes from the table
+    assert java_string_hash(text) == plain_hash(text) == java_string_hash(text)
+
+
+def test_uniq_keys_of_one_producer_share_a_head_and_hash_right() -> None:
+    for counter in range(300):
+        key = f"BenchTopic#7F0000010A0B18B4AAC2{counter:012X}"
+        assert java_string_hash(key) == plain_hash(key)
