@@ -74,7 +74,7 @@ class AutoBatcher:
         """Queue `message` (validated, without a delay level); `done` gets its outcome. Returns
         its UNIQ_KEY."""
         key = message.properties.get(props.UNIQ_KEY) or self._ids.next_id()
-        keyed = attrs.evolve(message, properties={**message.properties, props.UNIQ_KEY: key})
+        keyed = message.with_uniq_key(key)
         size = batch.message_size(message.topic, message.body, keyed.wire_properties(key))
         topic = self._topics.setdefault(message.topic, _Topic())
         topic.waiting.append(Waiting(keyed, key, size, deadline, done))

@@ -44,11 +44,20 @@ class Message:
     delay_level: int = 0  # 1..18: RocketMQ's delay levels (served by the broker's delay feature)
 
     def __attrs_post_init__(self) -> None:
+        if type(self.body) is bytes:  # what nearly every message has: nothing to do
+            return
         if isinstance(self.body, str):  # a convenience the native client had
             self.body = self.body.encode()
         if not isinstance(self.body, bytes | bytearray | memoryview):
             raise TypeError(f"body must be bytes, not {type(self.body).__name__}")
         self.body = bytes(self.body)
+
+    def with_uniq_key(self, uniq_key: str) -> Message:
+        """This message with its UNIQ_KEY property set (a copy; cheaper than attrs.evolve)."""
+        properties = {**self.properties, props.UNIQ_KEY: uniq_key}
+        return Message(
+            self.topic, self.body, self.tags, self.keys, properties, self.flag, self.delay_level
+        )
 
     def wire_properties(self, uniq_key: str, *, wait: bool = True) -> dict[str, str]:
         """Every property this message is sent with, user properties first."""

@@ -17,6 +17,20 @@ NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # Validators.VALID_PATTERN_STR
 
 
 def check_topic(topic: str) -> None:
+    # every send checks its topic, and most applications send to a few: remember the good ones
+    if type(topic) is str and topic in _TOPICS_SEEN:
+        return
+    _check_topic(topic)
+    if len(_TOPICS_SEEN) >= TOPICS_SEEN_MAX:
+        _TOPICS_SEEN.clear()
+    _TOPICS_SEEN.add(topic)
+
+
+TOPICS_SEEN_MAX = 1024
+_TOPICS_SEEN: set[str] = set()
+
+
+def _check_topic(topic: str) -> None:
     if not isinstance(topic, str) or not topic.strip():
         raise InvalidMessage("topic", "the topic is blank")
     if len(topic) > limits.TOPIC_CHARS_MAX:

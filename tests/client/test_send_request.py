@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import zlib
 
+import attrs
+import pytest
+
+from client import validation
+from client.errors import InvalidMessage
 from client.message import Message, MessageQueue
 from client.send_request import prepare, prepare_batches, request, stored_result
 from client.send_result import SendStatus
+from client.validation import check_topic
 from remoting import properties as props
 from remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -63,3 +69,23 @@ def test_the_answer_read_back() -> None:
     )
     assert slow is not None and slow.status is SendStatus.FLUSH_DISK_TIMEOUT
     assert stored_result(ask.response(ResponseCode.SYSTEM_BUSY, "busy"), queue, outgoing) is None
+
+
+def test_with_uniq_key_keeps_every_other_field() -> None:
+    m = Message("T", b"body", tags="A", keys=["k1", "k2"], properties={"p": "v"}, flag=3)
+    m.delay_level = 2
+    keyed = m.with_uniq_key("ABC")
+    # every field attrs knows of, so a field added later cannot be dropped silently
+    assert keyed == attrs.evolve(m, properties={"p": "v", props.UNIQ_KEY: "ABC"})
+    assert m.properties == {"p": "v"}  # the original is untouched
+
+
+def test_a_refused_topic_is_refused_every_time_and_a_good_one_remembered() -> None:
+    for _ in range(2):
+        with pytest.raises(InvalidMessage, match="topic"):
+            check_topic("bad topic")
+        with pytest.raises(InvalidMessage, match="topic"):
+            check_topic(["not", "a", "str"])  # type: ignore[arg-type]
+    check_topic("GoodTopic")
+    check_topic("GoodTopic")
+    assert "GoodTopic" in validation._TOPICS_SEEN and "bad topic" not in validation._TOPICS_SEEN
