@@ -20,6 +20,7 @@ INDEX_RECORDS_PER_FILE_DEFAULT = 1 << 20  # 32 MiB index files; one covers ~1 Gi
 STATE_FILE_BODY_BYTES_MAX = 1 * MiB  # meta, hardstate, checkpoint are small; read with this bound
 SEGMENTS_OPEN_MAX = 32  # mapped segment files per store (2 fds + 1 GiB of address space each)
 INDEX_FILES_OPEN_MAX = 8  # mapped index files per store; the least recently used are closed
+RECENT_APPENDS_BYTES_MAX = 16 * MiB  # bodies appended last, kept for the applier's read-back
 
 # --- replication ----------------------------------------------------------------------------------
 APPEND_BATCH_BYTES_MAX = (

@@ -40,6 +40,7 @@ from dledger.log.layout import StorePaths, lock_store
 from dledger.log.meta import Checkpoint, Meta, now_ms, open_meta, read_checkpoint, write_meta
 from dledger.log.meta import write_checkpoint as write_checkpoint_file
 from dledger.log.reader import EntryReader, StoredEntry
+from dledger.log.recent import RecentAppends
 from dledger.log.recovery import RecoveryReport, recover
 from dledger.log.segment import SegmentFiles
 from dledger.log.state_file import fsync_dir
@@ -84,6 +85,7 @@ class LogStore:
             paths.index, meta.index_records_per_file, preallocate=config.preallocate
         )
         self._reader = EntryReader(self._segments, self._index)
+        self._recent = RecentAppends(limits.RECENT_APPENDS_BYTES_MAX)
         self._durability = Durability(meta.start.prev.index)
         self._writer = LogWriter(
             paths, self._segments, self._index, self._durability, preallocate=config.preallocate
@@ -180,6 +182,7 @@ class LogStore:
 
     def _release(self, *, crash: bool = False) -> None:
         self._closed = True
+        self._recent.clear()
         self._writer.close(remove_prepared=not crash)
         os.close(self._lock_fd)
 
@@ -255,7 +258,8 @@ class LogStore:
     def read(self, lo: int, hi: int, bytes_max: int) -> EntryBatch:
         """Entries lo..hi, stopping before the body bytes pass `bytes_max` (at least one)."""
         self._check_range(lo, hi)
-        return self._reader.read(lo, hi, bytes_max)
+        held = self._recent.read(lo, hi, bytes_max)
+        return held if held is not None else self._reader.read(lo, hi, bytes_max)
 
     def read_meta(self, lo: int, hi: int) -> tuple[list[int], list[int], list[int]]:
         """(terms, kinds, sizes) of entries lo..hi, from the index only (no bodies read)."""
@@ -287,6 +291,7 @@ class LogStore:
             self._write(batch, [limits.ENTRY_HEADER_BYTES + length])
             self._last_index = batch.first_index
             self._last_term = term
+            self._recent.add(batch, length)
             return self._last_index
         if not payloads:
             return self._last_index
@@ -299,6 +304,7 @@ class LogStore:
         self._write(batch, list(map(_WITH_HEADER, lengths)))
         self._last_index = batch.last_index
         self._last_term = terms[-1]
+        self._recent.add(batch, sum(lengths))
         return self._last_index
 
     def _write(self, batch: EntryBatch, sizes: list[int]) -> None:
@@ -320,6 +326,7 @@ class LogStore:
             raise BelowFirstIndex(index, prev.index + 1)
         if index >= self._last_index:
             return
+        self._recent.cut_after(index)
         with self._checkpoint_lock:  # first: the checkpoint must not vouch for what goes now
             ck = self._checkpoint
             if ck.durable_index > index:
@@ -348,6 +355,7 @@ class LogStore:
                 self._write_checkpoint_locked(
                     ck.commit_index, ck.applied_index, durable=start.prev.index
                 )
+        self._recent.clear()
         # The index first: it is derived, so a crash now leaves the old log, re-indexed at
         # open. Then meta, the new start. Then the data: a crash before it is gone leaves
         # bytes that recovery finds are not the entry after the new start, and cuts.

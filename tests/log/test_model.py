@@ -113,6 +113,12 @@ class LogMatchesList(RuleBasedStateMachine):
         self.start, self.entries, self.write_pos = start, [], position
         assert self.store.durable_index == start.prev.index
 
+    @rule(bytes_max=st.sampled_from([0, 300, 5000, limits.RECENT_APPENDS_BYTES_MAX]))
+    def bound_recent_appends(self, bytes_max: int) -> None:
+        """Reads come from the appended batches held in memory while they cover the range, else
+        from the segments: small bounds make the two meet inside one read."""
+        self.store._recent.bytes_max = bytes_max
+
     @rule()
     def flush(self) -> None:
         assert self.store.flush() == self.last_index
