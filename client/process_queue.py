@@ -16,6 +16,7 @@ consumption drains it (`wait_for_room`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 
 import attrs
@@ -61,8 +62,10 @@ class ProcessQueue:
     def __init__(self, queue: MessageQueue, start_offset: int | None = None) -> None:
         self.queue = queue
         # offset -> message, in increasing offset order (puts come in order; removal keeps it)
-        self._held: dict[int, MessageExt] = {}
-        self._taken: dict[int, MessageExt] = {}  # orderly: handed to the listener, not done
+        # by offset, in offset order; OrderedDicts, because the first key is read after every
+        # removal from the front, and a dict walks every slot freed at its front to find it
+        self._held: OrderedDict[int, MessageExt] = OrderedDict()
+        self._taken: OrderedDict[int, MessageExt] = OrderedDict()  # orderly: with the listener
         self.bytes = 0
         self.pulled_to: int | None = start_offset  # where the next pull starts; None: not known
         self.dropped = False  # no more pulls nor new batches (the queue went elsewhere)
@@ -195,7 +198,8 @@ class ProcessQueue:
         replaces its messages (the same offsets, reconsume_times counted up)."""
         back = {m.queue_offset: m for m in again} if again is not None else dict(self._taken)
         assert back.keys() == self._taken.keys(), "only the taken batch goes back"
-        self._held = {**back, **self._held}
+        back.update(self._held)
+        self._held = OrderedDict(back)
         self._taken.clear()
         self._wake()
 
