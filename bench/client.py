@@ -10,7 +10,9 @@ namesrv, 1 group of three `python -m broker` replicas, ASYNC_FLUSH as NATS acks 
 - produce, acknowledged messages/s: `send` from 1 task and from 32 tasks (latency p50/p99 of
   each send), `send_async` with at most 256 sends outstanding (the NATS script's window),
   the same with `auto_batch=True` (concurrent sends share batch requests; each message is still
-  acknowledged on its own), and `send_batch` of 64 messages from 4 tasks;
+  acknowledged on its own), and `send_batch` of 64 messages from 4 tasks; for each, the CPU
+  each process spent per acknowledged message (`cpu_us_per_msg`: this client, the leader, the
+  followers, all together, from /proc/<pid>/stat), since all of them share this host's cores;
 - consume: a push consumer of a new group reading everything produced from the first offset;
 - end to end: a message's send to its delivery to the listener, p50/p99, at a steady 500/s;
 - failover as the sender sees it: one task sending without pause, `kill -9` of the leader, the
@@ -32,6 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -319,16 +322,60 @@ def with_cluster(
         cluster.stop_all()
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process `pid` has used so far, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds used so far by this process (the client) and by each of the cluster's."""
+    found = {"client": time.process_time()}
+    for name, pid in cluster.pids().items():
+        used = process_cpu_s(pid)
+        if used is not None:
+            found[name] = used
+    return found
+
+
+async def with_cpu(
+    cluster: LocalCluster, load: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Run `load` and add what each process spent on it, in us per acknowledged message: the
+    client, the group's leader, its followers and everything together (the name server too).
+    On a host whose cores all our processes share, the total decides the rate."""
+    leader = cluster.replica_at(await leader_address(cluster))
+    before = cpu_snapshot(cluster)
+    row = await load()
+    after = cpu_snapshot(cluster)
+    acked = max(1, row["acked"])
+    spent = {n: (after[n] - before[n]) * 1e6 / acked for n in after if n in before}
+    leader_name = leader.name if leader is not None else ""
+    row["cpu_us_per_msg"] = {
+        "client": round(spent.get("client", 0.0), 1),
+        "leader": round(spent.get(leader_name, 0.0), 1),
+        "followers": sorted(
+            round(v, 1) for n, v in spent.items() if n.startswith(GROUP) and n != leader_name
+        ),
+        "total": round(sum(spent.values()), 1),
+    }
+    return row
+
+
 async def loads(cluster: LocalCluster, seconds: float, consume: bool) -> dict[str, Any]:
     namesrv = cluster.namesrv_addr
     rows = []
     for tasks in SYNC_TASKS:
-        rows.append(await produce_sync(namesrv, tasks, seconds))
+        rows.append(await with_cpu(cluster, partial(produce_sync, namesrv, tasks, seconds)))
         print(json.dumps(rows[-1]), flush=True)
     for auto_batch in (False, True):
-        rows.append(await produce_async(namesrv, seconds, auto_batch=auto_batch))
+        load = partial(produce_async, namesrv, seconds, auto_batch=auto_batch)
+        rows.append(await with_cpu(cluster, load))
         print(json.dumps(rows[-1]), flush=True)
-    rows.append(await produce_batches(namesrv, seconds))
+    rows.append(await with_cpu(cluster, partial(produce_batches, namesrv, seconds)))
     print(json.dumps(rows[-1]), flush=True)
     result: dict[str, Any] = {"produce": rows}
     if consume:
