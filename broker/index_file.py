@@ -289,16 +289,19 @@ class IndexStore:
 
     def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
         """Index the stored message at `at` of `buf` (the rebuild's path)."""
-        return self.index_fields(stored_message.read_dispatch(buf, at))
+        fields = stored_message.read_dispatch(buf, at)
+        found = props.table(fields.properties)
+        return self.index_fields(fields, found.get(b"KEYS"), found.get(b"UNIQ_KEY"))
 
-    def index_fields(self, fields: stored_message.DispatchFields) -> int:
-        """Index a message from the fields the dispatcher has already read."""
-        keys = props.find(fields.properties, b"KEYS")
-        uniq = props.find(fields.properties, b"UNIQ_KEY")
+    def index_fields(
+        self, fields: stored_message.DispatchFields, keys: bytes | None, uniq: bytes | None
+    ) -> int:
+        """Index a message from the fields and the KEYS and UNIQ_KEY values (raw, None or
+        empty when absent) the dispatcher has already read."""
         return self.index_message(
             fields.topic,
-            None if keys is None else keys.decode(errors="replace"),
-            None if uniq is None else uniq.decode(errors="replace"),
+            keys.decode(errors="replace") if keys else None,
+            uniq.decode(errors="replace") if uniq else None,
             fields.physical_offset,
             fields.store_timestamp_ms,
             fields.sys_flag,

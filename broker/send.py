@@ -13,6 +13,7 @@ names as tranStateTableOffset) and transactionId its UNIQ_KEY. It cannot be dela
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import struct
@@ -320,7 +321,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
         else:
             properties = strip_half_offset(properties)
         if props.find(properties, b"CLUSTER") is None:
-            properties += props.encode({"CLUSTER": broker.config.cluster})
+            properties += _cluster_property(broker.config.cluster)
         try:
             record = stored_message.pack(
                 queue_id=record_queue_id,
@@ -348,6 +349,12 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
             )
         records.append(record)
     return _Prepared(request, outgoing, metas, records, queue_id, halves)
+
+
+@functools.lru_cache(maxsize=16)
+def _cluster_property(cluster: str) -> bytes:
+    """The CLUSTER pair the broker adds to a message that has none (one broker: one value)."""
+    return props.encode({props.CLUSTER: cluster})
 
 
 async def _answer(

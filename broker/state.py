@@ -335,18 +335,19 @@ class BrokerState:
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
         fields = stored_message.read_dispatch(body)
         assert fields.physical_offset == physical_offset, (index, fields, physical_offset)
+        found = props.table(fields.properties)  # one pass for all the keys looked up below
         queue = self.queues.queue(fields.topic, fields.queue_id)
         if fields.topic in SCHEDULE_TOPICS:  # a delayed message: its unit holds its due time
             tag_hash = due_of(fields.properties)
             self._schedule_arrival.set()
             self._schedule_arrival = trio.Event()
         else:
-            tags = props.find(fields.properties, b"TAGS")
-            tag_hash = tags_code(tags.decode(errors="replace")) if tags is not None else 0
+            tags = found.get(b"TAGS")
+            tag_hash = tags_code(tags.decode(errors="replace")) if tags else 0
         queue.append(fields.queue_offset, physical_offset, fields.size, tag_hash)
-        if SOURCE_BYTES in fields.properties:  # a delayed message delivered: its source is done
-            source_text = props.find(fields.properties, SOURCE_BYTES)
-            source = Source.parse(source_text) if source_text is not None else None
+        source_text = found.get(SOURCE_BYTES)
+        if source_text:  # a delayed message delivered: its source is done
+            source = Source.parse(source_text)
             if source is not None:
                 self._once.delivered(source)
                 self._apply_meta(index, DeliveryProgress.delivered_op(source))
@@ -357,11 +358,11 @@ class BrokerState:
                 immunity_ms_of(fields.properties),
             )
             self._apply_meta(index, op)
-        elif HALF_OFFSET_BYTES in fields.properties:  # a commit: its half is resolved
+        elif HALF_OFFSET_BYTES in found:  # a commit: its half is resolved
             half = half_offset_of(fields.properties)
             if half is not None:
                 self._apply_meta(index, TransactionProgress.end_op(half, HOW_COMMIT))
-        self.index.index_fields(fields)
+        self.index.index_fields(fields, found.get(b"KEYS"), found.get(b"UNIQ_KEY"))
         self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
         key = (fields.topic, fields.queue_id)
         event = self._arrivals.pop(key, None)

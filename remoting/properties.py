@@ -91,6 +91,19 @@ def decode(data: bytes | bytearray | memoryview) -> dict[str, str]:
     return result
 
 
+def table(data: bytes) -> dict[bytes, bytes]:
+    """Every key's raw value in a stored properties string, in one pass: for the dispatcher,
+    which looks up several keys of every message (one `find` each cost more than this and all
+    the lookups together). `table(data).get(key) or None` is `find(data, key)`: the last
+    occurrence wins, and an empty value is kept here as b"" (find: None)."""
+    found: dict[bytes, bytes] = {}
+    for pair in data.split(b"\x02"):
+        key, sep, value = pair.partition(b"\x01")
+        if sep:
+            found[key] = value
+    return found
+
+
 def find(data: bytes | bytearray | memoryview, key: bytes) -> bytes | None:
     """The raw value of `key` (given as UTF-8 bytes) in a stored properties string, or None.
 

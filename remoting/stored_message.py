@@ -12,6 +12,8 @@ a replica sets the queue offset and physical offset of an encoded record with `p
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import mmap
 import socket
 import struct
@@ -122,6 +124,7 @@ class DispatchFields(NamedTuple):
     properties: bytes  # the raw properties string: look keys up with remoting.properties.find
 
 
+@functools.lru_cache(maxsize=4096)  # a broker stores the same few client hosts over and over
 def _host_bytes(host: Host, v6: bool) -> bytes:
     family = socket.AF_INET6 if v6 else socket.AF_INET
     try:
@@ -274,7 +277,40 @@ def read_tags(buf: Buffer, at: int = 0) -> str | None:
 
 def read_dispatch(buf: Buffer, at: int = 0) -> DispatchFields:
     """The fields the dispatcher needs, with magic and every length checked against the size
-    (not the body CRC: the log entry's CRC already covers these bytes)."""
+    (not the body CRC: the log entry's CRC already covers these bytes).
+
+    Every replica reads every message with this, so the usual record (V1, IPv4 hosts, all
+    lengths right) is read by one unpack and the checks inline; anything else, a damaged record
+    included, goes to `read_dispatch_checked`, which raises the named error."""
+    end = at + FIXED_V4.size
+    if len(buf) >= end:
+        f = FIXED_V4.unpack_from(buf, at)
+        size = f[0]
+        record_end = at + size
+        body_end = end + f[16]
+        if (
+            f[1] == MAGIC_V1
+            and not f[7] & 0x30
+            and record_end <= len(buf)
+            and f[16] >= 0
+            and body_end + 3 <= record_end
+        ):
+            topic_at = body_end + 1
+            props_at = topic_at + buf[body_end]
+            if props_at + 2 <= record_end:
+                fields_end = props_at + 2 + INT16.unpack_from(buf, props_at)[0]
+                if fields_end == record_end:
+                    with contextlib.suppress(UnicodeDecodeError):
+                        topic = bytes(buf[topic_at:props_at]).decode()
+                        properties = bytes(buf[props_at + 2 : fields_end])
+                        return DispatchFields(
+                            size, f[3], f[5], f[6], f[7], f[11], topic, properties
+                        )
+    return read_dispatch_checked(buf, at)
+
+
+def read_dispatch_checked(buf: Buffer, at: int = 0) -> DispatchFields:
+    """read_dispatch for any record: each check on its own, a failed one raised by name."""
     size, magic = _size_magic(buf, at)
     sys_flag, fixed_size, f = _fixed_fields(buf, at, size)
     topic_data, props_at = _topic_at(buf, at, size, magic, at + fixed_size, f[16])

@@ -53,6 +53,13 @@ def test_find_matches_whole_keys_only() -> None:
     assert properties.find(b"TAGS\x01\x02", b"TAGS") is None
 
 
+@given(st.binary(max_size=40).map(lambda b: bytes(b"AB\x01\x02"[x % 4] for x in b)))
+def test_table_answers_what_find_answers(raw: bytes) -> None:
+    found = properties.table(raw)
+    for key in (b"A", b"B", b"AB", b"BA", b"AA", b""):
+        assert (found.get(key) or None) == properties.find(raw, key), key
+
+
 @pytest.mark.parametrize(
     ("key", "value", "reason"),
     [

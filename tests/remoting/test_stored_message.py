@@ -7,6 +7,7 @@ import contextlib
 import socket
 import struct
 import zlib
+from collections.abc import Callable
 
 import attrs
 import pytest
@@ -197,6 +198,19 @@ def reason_of(data: bytes | bytearray, at: int = 0) -> str:
     return caught.value.reason
 
 
+def damaged(record: bytes, damage: list[tuple[int, int]]) -> bytearray:
+    """`record` with each (offset, value) written, or cut at offset % length when past the end."""
+    data = bytearray(record)
+    for offset, value in damage:
+        if not data:
+            break
+        if offset < len(data):
+            data[offset] = value
+        else:
+            del data[offset % len(data) :]
+    return data
+
+
 class TestCorruption:
     @given(messages(), st.lists(st.tuples(st.integers(0, 10**4), st.integers(0, 255)), max_size=4))
     @settings(max_examples=200)
@@ -205,14 +219,7 @@ class TestCorruption:
     ) -> None:
         """Whatever the bytes, readers return or raise CorruptMessage: never struct.error,
         IndexError or UnicodeDecodeError."""
-        data = bytearray(stored_message.encode(m))
-        for offset, value in damage:
-            if not data:
-                break
-            if offset < len(data):
-                data[offset] = value
-            else:
-                del data[offset % len(data) :]
+        data = damaged(stored_message.encode(m), damage)
         for read in (
             stored_message.decode,
             stored_message.read_dispatch,
@@ -223,6 +230,29 @@ class TestCorruption:
         ):
             with contextlib.suppress(CorruptMessage):
                 read(data, 0)
+
+    @given(
+        messages(),
+        st.sampled_from([MAGIC_V1, MAGIC_V2]),
+        st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3),
+    )
+    @settings(max_examples=300)
+    def test_the_fast_dispatch_read_answers_as_the_checked_one(
+        self, m: StoredMessage, magic: int, damage: list[tuple[int, int]]
+    ) -> None:
+        """read_dispatch reads the usual record inline: on any bytes it returns what
+        read_dispatch_checked returns, or raises the same error."""
+        data = damaged(stored_message.encode(m, magic=magic), damage)
+
+        def outcome(read: Callable[[bytearray], object]) -> object:
+            try:
+                return read(data)
+            except CorruptMessage as err:
+                return ("raised", err.at, err.reason)
+
+        assert outcome(stored_message.read_dispatch) == outcome(
+            stored_message.read_dispatch_checked
+        )
 
     def test_flipped_body_byte(self) -> None:
         data = bytearray(stored_message.encode(example()))
