@@ -30,7 +30,7 @@ import shutil
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import trio
@@ -86,8 +86,7 @@ class Geometry:
     index_items: int = 20_000_000
 
 
-@attrs.frozen
-class Placed:
+class Placed(NamedTuple):  # a tuple: one is made per message on every replica, two on a leader
     """Where a message landed: what a SEND answer carries."""
 
     queue_id: int
