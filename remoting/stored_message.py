@@ -12,7 +12,6 @@ a replica sets the queue offset and physical offset of an encoded record with `p
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import mmap
 import socket
@@ -300,12 +299,12 @@ def read_dispatch(buf: Buffer, at: int = 0) -> DispatchFields:
             if props_at + 2 <= record_end:
                 fields_end = props_at + 2 + INT16.unpack_from(buf, props_at)[0]
                 if fields_end == record_end:
-                    with contextlib.suppress(UnicodeDecodeError):
+                    try:
                         topic = bytes(buf[topic_at:props_at]).decode()
-                        properties = bytes(buf[props_at + 2 : fields_end])
-                        return DispatchFields(
-                            size, f[3], f[5], f[6], f[7], f[11], topic, properties
-                        )
+                    except UnicodeDecodeError:
+                        return read_dispatch_checked(buf, at)  # which names the error
+                    properties = bytes(buf[props_at + 2 : fields_end])
+                    return DispatchFields(size, f[3], f[5], f[6], f[7], f[11], topic, properties)
     return read_dispatch_checked(buf, at)
 
 
