@@ -290,14 +290,15 @@ class IndexStore:
     def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
         """Index the stored message at `at` of `buf` (the rebuild's path)."""
         fields = stored_message.read_dispatch(buf, at)
-        found = props.table(fields.properties)
-        return self.index_fields(fields, found.get(b"KEYS"), found.get(b"UNIQ_KEY"))
+        return self.index_fields(fields, props.table(fields.properties))
 
     def index_fields(
-        self, fields: stored_message.DispatchFields, keys: bytes | None, uniq: bytes | None
+        self, fields: stored_message.DispatchFields, properties: dict[bytes, bytes]
     ) -> int:
-        """Index a message from the fields and the KEYS and UNIQ_KEY values (raw, None or
-        empty when absent) the dispatcher has already read."""
+        """Index a message from the fields and the properties table (`props.table`) the
+        dispatcher has already read."""
+        keys = properties.get(b"KEYS")
+        uniq = properties.get(b"UNIQ_KEY")
         return self.index_message(
             fields.topic,
             keys.decode(errors="replace") if keys else None,

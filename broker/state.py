@@ -361,7 +361,7 @@ class BrokerState:
             half = half_offset_of(fields.properties)
             if half is not None:
                 self._apply_meta(index, TransactionProgress.end_op(half, HOW_COMMIT))
-        self.index.index_fields(fields, found.get(b"KEYS"), found.get(b"UNIQ_KEY"))
+        self.index.index_fields(fields, found)
         self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
         key = (fields.topic, fields.queue_id)
         event = self._arrivals.pop(key, None)
