@@ -56,6 +56,9 @@ SLOT = struct.Struct(">i")
 ITEM = struct.Struct(">iqii")
 assert HEADER.size == limits.INDEX_HEADER_BYTES
 assert SLOT.size == limits.INDEX_SLOT_BYTES and ITEM.size == limits.INDEX_ITEM_BYTES
+# bound methods and sizes for the put done for every key of every message on every replica
+_SLOTS_AT, _SLOT_BYTES, _ITEM_BYTES = HEADER.size, SLOT.size, ITEM.size
+_unpack_slot, _pack_slot, _pack_item = SLOT.unpack_from, SLOT.pack_into, ITEM.pack_into
 INDEX_DIR = "index"
 TIME_DIFF_MAX_S = (1 << 31) - 1
 TRANSACTION_TYPE_MASK = 0xC  # sys_flag bits 2-3: 0 none, 4 prepared, 8 commit, 12 rollback
@@ -133,36 +136,32 @@ class IndexFile:
 
     def put(self, key: str, physical_offset: int, store_timestamp_ms: int) -> None:
         """Add one item; the caller made sure there is room."""
-        assert self.index_count < self.item_count, self.path
+        number = self.index_count
+        assert number < self.item_count, self.path
+        mm = self._mm
         key_hash = index_key_hash(key)
-        slot_at = HEADER.size + (key_hash % self.slot_count) * SLOT.size
-        prev = SLOT.unpack_from(self._mm, slot_at)[0]
-        if prev <= 0 or prev > self.index_count:
+        slot_at = _SLOTS_AT + (key_hash % self.slot_count) * _SLOT_BYTES
+        prev = _unpack_slot(mm, slot_at)[0]
+        if prev <= 0 or prev > number:
             prev = 0
-        if self.index_count == 1:
+            self.hash_slot_count += 1
+        if number == 1:
             self.begin_timestamp_ms = store_timestamp_ms
             self.begin_phy_offset = physical_offset
-        if self.begin_timestamp_ms <= 0:
-            time_diff = 0
-        else:
-            time_diff = min(
-                max((store_timestamp_ms - self.begin_timestamp_ms) // 1000, 0), TIME_DIFF_MAX_S
-            )
-        number = self.index_count
-        ITEM.pack_into(
-            self._mm,
-            self._items_at + number * ITEM.size,
-            key_hash,
-            physical_offset,
-            time_diff,
-            prev,
+        begin_ms = self.begin_timestamp_ms
+        time_diff = (store_timestamp_ms - begin_ms) // 1000 if begin_ms > 0 else 0
+        if not 0 <= time_diff <= TIME_DIFF_MAX_S:
+            time_diff = 0 if time_diff < 0 else TIME_DIFF_MAX_S
+        _pack_item(
+            mm, self._items_at + number * _ITEM_BYTES, key_hash, physical_offset, time_diff, prev
         )
-        SLOT.pack_into(self._mm, slot_at, number)
-        if prev == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
+        _pack_slot(mm, slot_at, number)
+        self.index_count = number + 1
         self.end_phy_offset = physical_offset
         self.end_timestamp_ms = store_timestamp_ms
+
+    def write_header(self) -> None:
+        """The counts and bounds into the file's header (IndexStore.write_header says when)."""
         HEADER.pack_into(
             self._mm,
             0,
@@ -277,38 +276,63 @@ class IndexStore:
         names = index_keys(topic, keys, uniq_key)
         if not names:
             return 0
-        names = names[: self.item_count - 1]  # more keys than an empty file holds: the first ones
-        last = self._files[-1] if self._files else None
-        if last is None or last.room < len(names):
+        if len(names) >= self.item_count:  # more keys than an empty file holds: the first ones
+            names = names[: self.item_count - 1]
+        files = self._files
+        last = files[-1] if files else None
+        if last is None or last.item_count - last.index_count < len(names):
             last = self._create(physical_offset)
         for name in names:
             last.put(name, physical_offset, store_timestamp_ms)
-        if not self._dirty or self._dirty[-1] is not last:
-            self._dirty.append(last)
+        dirty = self._dirty
+        if not dirty or dirty[-1] is not last:
+            dirty.append(last)
         return len(names)
 
     def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
         """Index the stored message at `at` of `buf` (the rebuild's path)."""
         fields = stored_message.read_dispatch(buf, at)
-        return self.index_fields(fields, props.table(fields.properties))
+        return self.index_fields(
+            fields.topic,
+            fields.physical_offset,
+            fields.store_timestamp_ms,
+            fields.sys_flag,
+            props.table(fields.properties),
+        )
 
     def index_fields(
-        self, fields: stored_message.DispatchFields, properties: dict[bytes, bytes]
+        self,
+        topic: str,
+        physical_offset: int,
+        store_timestamp_ms: int,
+        sys_flag: int,
+        properties: dict[bytes, bytes],
     ) -> int:
         """Index a message from the fields and the properties table (`props.table`) the
         dispatcher has already read."""
         keys = properties.get(b"KEYS")
         uniq = properties.get(b"UNIQ_KEY")
         return self.index_message(
-            fields.topic,
+            topic,
             keys.decode(errors="replace") if keys else None,
             uniq.decode(errors="replace") if uniq else None,
-            fields.physical_offset,
-            fields.store_timestamp_ms,
-            fields.sys_flag,
+            physical_offset,
+            store_timestamp_ms,
+            sys_flag,
         )
 
+    def write_header(self) -> None:
+        """The last file's header brought up to date: once per applied batch of messages, not at
+        every put as RocketMQ does (six fields packed per key of every message on every replica).
+        The dispatcher calls it before it yields to the event loop, so a reader or a flush never
+        sees a header behind its items; only a process killed in the middle of a batch leaves
+        one behind, and a restart rebuilds the file being written at the last checkpoint anyway
+        (truncate_from_position). A file that rolls over gets its last header as it does."""
+        if self._files:
+            self._files[-1].write_header()
+
     def _create(self, physical_offset: int) -> IndexFile:
+        self.write_header()
         path = self.directory / mapped_file.file_name(physical_offset)
         f = IndexFile.create(path, self.slot_count, self.item_count)
         self._files.append(f)
@@ -380,6 +404,7 @@ class IndexStore:
     def flush_plan(self) -> list[IndexFile]:
         """The files a flush must write, taken on the thread that indexes (the flush itself
         may then run in a worker thread)."""
+        self.write_header()
         dirty, self._dirty = self._dirty, []
         return dirty
 

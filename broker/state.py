@@ -86,7 +86,7 @@ class Geometry:
     index_items: int = 20_000_000
 
 
-class Placed(NamedTuple):  # a tuple: one is made per message on every replica, two on a leader
+class Placed(NamedTuple):  # a tuple: the leader makes one per message it shapes
     """Where a message landed: what a SEND answer carries."""
 
     queue_id: int
@@ -110,12 +110,13 @@ class BrokerState:
         self.index: IndexStore
         self._arrivals: dict[QueueKey, trio.Event] = {}
         self._applied = trio.Event()
-        # Where recent messages landed, by log index, for SEND answers. `_recent` holds what
-        # applying found (true for good); `_shaped` what this replica assigned as leader when
-        # it proposed them, true only if they commit in that term: a deposed leader's guesses
-        # stay here after other entries replaced them at those indexes, so only a send that
-        # this replica committed as leader may read them (Broker.placements).
-        self._recent: OrderedDict[int, Placed] = OrderedDict()
+        # Where recent messages landed, by log index, for SEND answers: what this replica
+        # assigned as leader when it proposed them, true only if they commit in that term: a
+        # deposed leader's guesses stay here after other entries replaced them at those indexes,
+        # so only a send that this replica committed as leader may read them. Any other answer
+        # reads the committed record from the log (Broker.placements); the dispatcher keeps no
+        # table of its own (one dict put per message on every replica, for the rare forwarded
+        # write).
         self._shaped: OrderedDict[int, Placed] = OrderedDict()
         # the leader's assignment of queue offsets (`shape`): valid while `_ready_term` is the
         # term it leads in; None while not leading or not yet caught up with its own log
@@ -210,6 +211,7 @@ class BrokerState:
                 if kind == EntryKind.DATA and entry_type(body) is EntryType.MESSAGE:
                     self.index.index_record(body)
             index += len(batch.payloads)
+        self.index.write_header()
 
     def _derived_files_hold(self, saved: dict[str, Any]) -> bool:
         for topic, queue_id, length in saved["queues"]:
@@ -296,6 +298,7 @@ class BrokerState:
                         topics_changed = True
             else:
                 log.error("index %d: an entry that is neither message nor metadata", first + k)
+        self.index.write_header()  # once per batch, not per message (IndexStore.write_header)
         self.applied_index = max(self.applied_index, first + len(batch.payloads) - 1)
         if batch.terms:
             self.applied_term = batch.terms[-1]
@@ -332,44 +335,38 @@ class BrokerState:
             self._ops_since_start.append((index, op))
 
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
-        fields = stored_message.read_dispatch(body)
-        assert fields.physical_offset == physical_offset, (index, fields, physical_offset)
-        found = props.table(fields.properties)  # one pass for all the keys looked up below
-        queue = self.queues.queue(fields.topic, fields.queue_id)
-        if fields.topic in SCHEDULE_TOPICS:  # a delayed message: its unit holds its due time
-            tag_hash = due_of(fields.properties)
+        # the fields as locals: one unpack, not a named attribute lookup at each use
+        size, queue_id, queue_offset, stored_at, sys_flag, store_ms, topic, properties = (
+            stored_message.read_dispatch(body)
+        )
+        assert stored_at == physical_offset, (index, stored_at, physical_offset)
+        found = props.table(properties)  # one pass for all the keys looked up below
+        if topic in SCHEDULE_TOPICS:  # a delayed message: its unit holds its due time
+            tag_hash = due_of(properties)
             self._schedule_arrival.set()
             self._schedule_arrival = trio.Event()
         else:
             tags = found.get(b"TAGS")
             tag_hash = tags_code(tags.decode(errors="replace")) if tags else 0
-        queue.append(fields.queue_offset, physical_offset, fields.size, tag_hash)
+        self.queues.queue(topic, queue_id).append(queue_offset, physical_offset, size, tag_hash)
         source_text = found.get(SOURCE_BYTES)
         if source_text:  # a delayed message delivered: its source is done
             source = Source.parse(source_text)
             if source is not None:
                 self._once.delivered(source)
                 self._apply_meta(index, DeliveryProgress.delivered_op(source))
-        if fields.topic == HALF_TOPIC:  # a half message of a transaction: pending from now
-            op = TransactionProgress.half_op(
-                fields.queue_offset,
-                fields.store_timestamp_ms,
-                immunity_ms_of(fields.properties),
-            )
+        if topic == HALF_TOPIC:  # a half message of a transaction: pending from now
+            op = TransactionProgress.half_op(queue_offset, store_ms, immunity_ms_of(properties))
             self._apply_meta(index, op)
         elif HALF_OFFSET_BYTES in found:  # a commit: its half is resolved
-            half = half_offset_of(fields.properties)
+            half = half_offset_of(properties)
             if half is not None:
                 self._apply_meta(index, TransactionProgress.end_op(half, HOW_COMMIT))
-        self.index.index_fields(fields, found)
-        self._remember(index, Placed(fields.queue_id, fields.queue_offset, physical_offset))
-        key = (fields.topic, fields.queue_id)
-        event = self._arrivals.pop(key, None)
-        if event is not None:
-            event.set()
-
-    def _remember(self, index: int, placed: Placed) -> None:
-        _bounded_put(self._recent, index, placed)
+        self.index.index_fields(topic, physical_offset, store_ms, sys_flag, found)
+        if self._arrivals:  # a long-polled pull waits on some queue
+            event = self._arrivals.pop((topic, queue_id), None)
+            if event is not None:
+                event.set()
 
     def remember_shaped(self, index: int, placed: Placed) -> None:
         """What the leader assigned to the message it proposes at `index` (see `_shaped`)."""
@@ -423,10 +420,11 @@ class BrokerState:
                 queue = self.queues.find(*key)
                 offset = 0 if queue is None else queue.max_queue_offset
             record = bytearray(payload)
-            stored_message.patch_offsets(record, 0, offset, position + HEADER_BYTES)
+            physical_offset = position + HEADER_BYTES
+            stored_message.patch_offsets(record, 0, offset, physical_offset)
             self._next_offsets[key] = offset + 1
             self._last_shape.append(key)
-            self.remember_shaped(first_index + k, Placed(key[1], offset, position + HEADER_BYTES))
+            self.remember_shaped(first_index + k, Placed(key[1], offset, physical_offset))
             shaped.append(bytes(record))
         return shaped
 
@@ -453,13 +451,10 @@ class BrokerState:
         await self._schedule_arrival.wait()
 
     def placed(self, index: int, *, shaped_here: bool) -> Placed | None:
-        """Where the message at `index` landed, if remembered. `shaped_here`: this replica
-        proposed it as leader and saw it commit in that term, so its own assignment holds;
-        otherwise (a write forwarded to the leader) only what applying found is trusted."""
-        found = self._recent.get(index)
-        if found is None and shaped_here:
-            found = self._shaped.get(index)
-        return found
+        """Where the message at `index` landed, if this replica remembers it: `shaped_here`, it
+        proposed the message as leader and saw it commit in that term, so its own assignment
+        holds. Otherwise (a write forwarded to the leader) None: the committed record says."""
+        return self._shaped.get(index) if shaped_here else None
 
     async def wait_arrival(self, topic: str, queue_id: int) -> None:
         """Return once a message for (topic, queue_id) is applied (the caller bounds the wait)."""

@@ -96,6 +96,24 @@ def test_layout(tmp_path: Path) -> None:
     assert items[3] == (hb, 8192, 2, 0)
 
 
+def test_the_header_is_written_after_a_batch_and_when_a_file_rolls(tmp_path: Path) -> None:
+    # not at every put: the dispatcher writes it once per batch of messages
+    def header(name: str) -> tuple[int, ...]:
+        return struct.unpack_from(">qqqqii", (tmp_path / "index" / name).read_bytes())
+
+    with IndexStore.open(tmp_path, SLOTS, ITEMS) as store:
+        store.index_message("T", "a b", None, 4096, T0)
+        assert header("00000000000000004096") == (0, 0, 0, 0, 0, 1)
+        assert store.query("T", "b", 10) == [4096]  # queries read the items, not the header
+        store.write_header()
+        assert header("00000000000000004096") == (T0, T0, 4096, 4096, 2, 3)
+        store.index_message("T", "c d e f", None, 8192, T0 + 1000)  # rolls: 2 + 4 > 5 items
+        assert header("00000000000000004096") == (T0, T0, 4096, 4096, 2, 3)
+        assert header("00000000000000008192") == (0, 0, 0, 0, 0, 1)
+        store.flush_plan()  # a flush writes the header too
+        assert header("00000000000000008192")[3:] == (8192, 4, 5)
+
+
 def test_query_by_key_and_time_across_a_roll_over(tmp_path: Path) -> None:
     with IndexStore.open(tmp_path, SLOTS, ITEMS) as store:
         index_all(store, workload())
@@ -287,6 +305,7 @@ def test_any_history_equals_a_rebuild(
         done = -(-restart // 1000)  # the first message at or after `restart`
         index_all(store, records[done:stop])
         done = max(done, stop)
+    store.write_header()  # the dispatcher's, after each batch
     rebuilt = rebuild(root / "b", [(r, 0) for r in records], SLOTS, ITEMS)
     assert files(root / "a" / "index") == files(root / "b" / "index")
     same_hash = {"Aa": {"Aa", "BB"}, "BB": {"Aa", "BB"}}  # Java hashCode collides
