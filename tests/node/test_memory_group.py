@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -14,6 +15,7 @@ import trio.testing
 from dledger import limits
 from dledger.node import PROPOSE
 from dledger.raft.entries import EntryBatch, EntryKind
+from dledger.raft.events import Tick
 from dledger.wire import Status
 from tests.node.memnet import memory_group
 
@@ -91,3 +93,45 @@ async def test_a_durability_report_is_not_held_back_by_a_full_inbox(
     assert reply.status is Status.OK
     assert filled_at_report == [limits.INBOX_EVENTS_MAX]
     assert waited_s < limits.MAINTENANCE_INTERVAL_S / 10, waited_s
+
+
+async def test_a_busy_raft_loop_ticks_itself_and_an_idle_one_is_woken_by_the_ticker(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Tick per period either way. A loop woken by events more often than that takes its
+    ticks itself, and the ticker's deadline (a cancel and an exception unwound each time it
+    fires) does not fire; an idle loop gets every tick from the ticker."""
+    async with memory_group(tmp_path, size=1) as group:
+        node = group.nodes[await group.wait_for_leader()]
+        period = node.config.tick_ms / 1000
+        stepped: list[float] = []  # every Tick the core is given
+        from_ticker: list[float] = []  # those the ticker queued
+        step, handle = node.core.step, node._handle
+
+        def counting_step(event: object) -> Any:
+            if isinstance(event, Tick):
+                stepped.append(trio.current_time())
+            return step(event)  # type: ignore[arg-type]
+
+        async def counting_handle(event: object) -> None:
+            if isinstance(event, Tick):
+                from_ticker.append(trio.current_time())
+            await handle(event)
+
+        monkeypatch.setattr(node.core, "step", counting_step)
+        monkeypatch.setattr(node, "_handle", counting_handle)
+        busy_from = trio.current_time()
+        while trio.current_time() < busy_from + 1.0:  # an event every 3 ms
+            node._inbox_send.send_nowait(PROPOSE)  # a no-op for the loop: nothing is pending
+            await trio.sleep(0.003)
+        idle_from = trio.current_time()
+        await trio.sleep(1.0)
+        idle_to = trio.current_time()
+
+    def within(times: list[float], lo: float, hi: float) -> int:
+        return sum(lo <= t < hi for t in times)
+
+    assert abs(within(stepped, busy_from, idle_from) - (idle_from - busy_from) / period) <= 2
+    assert within(from_ticker, busy_from + 2 * period, idle_from) <= 2  # ties in virtual time
+    assert abs(within(stepped, idle_from, idle_to) - 1.0 / period) <= 2
+    assert within(from_ticker, idle_from + 2 * period, idle_to) >= 1.0 / period - 4
