@@ -394,7 +394,9 @@ class BrokerState:
             self._next_offsets.clear()
             self._once.clear()
         shaped: list[bytes] = []
-        self._last_shape = []
+        last_shape: list[QueueKey] = []
+        self._last_shape = last_shape
+        next_offsets, remembered = self._next_offsets, self._shaped
         once = self._once
         once.begin()
         for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
@@ -404,27 +406,27 @@ class BrokerState:
                     once.note_resolution(payload)
                 shaped.append(payload)
                 continue
-            fields = stored_message.read_dispatch(payload)
-            if SOURCE_BYTES in fields.properties:
-                if not once.first_delivery(fields.properties, self.metadata.schedule):
+            _, queue_id, _, _, _, _, topic, properties = stored_message.read_dispatch(payload)
+            if SOURCE_BYTES in properties:
+                if not once.first_delivery(properties, self.metadata.schedule):
                     shaped.append(void_entry(len(payload)))
                     continue
-            elif HALF_OFFSET_BYTES in fields.properties:
-                halves = self._next_offsets.get(HALF_QUEUE, self.metadata.transactions.end)
-                if not once.first_commit(fields.properties, self.metadata.transactions, halves):
+            elif HALF_OFFSET_BYTES in properties:
+                halves = next_offsets.get(HALF_QUEUE, self.metadata.transactions.end)
+                if not once.first_commit(properties, self.metadata.transactions, halves):
                     shaped.append(void_entry(len(payload)))
                     continue
-            key = (fields.topic, fields.queue_id)
-            offset = self._next_offsets.get(key)
+            key = (topic, queue_id)
+            offset = next_offsets.get(key)
             if offset is None:
-                queue = self.queues.find(*key)
+                queue = self.queues.find(topic, queue_id)
                 offset = 0 if queue is None else queue.max_queue_offset
             record = bytearray(payload)
             physical_offset = position + HEADER_BYTES
             stored_message.patch_offsets(record, 0, offset, physical_offset)
-            self._next_offsets[key] = offset + 1
-            self._last_shape.append(key)
-            self.remember_shaped(first_index + k, Placed(key[1], offset, physical_offset))
+            next_offsets[key] = offset + 1
+            last_shape.append(key)
+            _bounded_put(remembered, first_index + k, Placed(queue_id, offset, physical_offset))
             shaped.append(bytes(record))
         return shaped
 
