@@ -5,8 +5,12 @@ get a request of its own: it joins its topic's queue, and up to `AUTO_BATCH_IN_F
 requests per topic carry what has queued, each as one batch (one log append on the broker, so
 all or nothing). There is no linger: a lone send leaves at once as a batch of one; batches
 grow only while earlier requests are in flight, i.e. under load, which is when per-request
-costs (a header each way, a task, a log append) dominate. RocketMQ 5's Java producer calls the
-same idea `autoBatch`.
+costs (a header each way, a task, a log append) dominate. While one request is in flight, a
+second leaves only once `AUTO_BATCH_EAGER_MESSAGES` wait, and a carrier whose request came back
+goes on only if that many wait or no other request is in flight: otherwise every answer freed
+room for a few sends that left at once as a batch of one or two (most requests were that
+small in a windowed load, at a broker cost per request that a 64-message batch pays once).
+RocketMQ 5's Java producer calls the same idea `autoBatch`.
 
 Every message is still acknowledged on its own: its SendResult carries its own UNIQ_KEY,
 offsetMsgId and queue offset, read from the batch's answer, and a failure reaches each message
@@ -24,12 +28,11 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from client import batch, limits
+from client import limits
 from client.errors import SendOutcomeUnknown
 from client.message import Message, MessageQueue
-from client.send_request import Outgoing, prepare_batches
+from client.send_request import Outgoing, batch_outgoing, prepare_record, uniq_key_of
 from client.send_result import SendResult
-from remoting import properties as props
 from remoting.message_id import UniqIdGenerator
 
 log = logging.getLogger("client.auto_batch")
@@ -42,7 +45,7 @@ Outcome = SendResult | Exception
 class Waiting:
     """One message in its topic's queue, until its batch's answer."""
 
-    message: Message  # with its UNIQ_KEY set
+    record: bytes  # in a batch body, with its UNIQ_KEY (send_request.prepare_record)
     uniq_key: str
     size: int  # as the batch splitter counts it
     deadline: float
@@ -73,12 +76,14 @@ class AutoBatcher:
     def add(self, message: Message, deadline: float, done: Callable[[Outcome], None]) -> str:
         """Queue `message` (validated, without a delay level); `done` gets its outcome. Returns
         its UNIQ_KEY."""
-        key = message.properties.get(props.UNIQ_KEY) or self._ids.next_id()
-        keyed = message.with_uniq_key(key)
-        size = batch.message_size(message.topic, message.body, keyed.wire_properties(key))
+        key = uniq_key_of(message, self._ids)
+        record, size = prepare_record(message, key)  # once, here: raises InvalidMessage
         topic = self._topics.setdefault(message.topic, _Topic())
-        topic.waiting.append(Waiting(keyed, key, size, deadline, done))
-        if topic.in_flight < self._in_flight_max:
+        topic.waiting.append(Waiting(record, key, size, deadline, done))
+        if not topic.in_flight or (
+            topic.in_flight < self._in_flight_max
+            and len(topic.waiting) >= limits.AUTO_BATCH_EAGER_MESSAGES
+        ):
             topic.in_flight += 1
             self._nursery.start_soon(self._carry, message.topic, topic)
         return key
@@ -103,6 +108,8 @@ class AutoBatcher:
         try:
             while topic.waiting:
                 await self._one_batch(name, self._take(topic.waiting))
+                if topic.in_flight > 1 and len(topic.waiting) < limits.AUTO_BATCH_EAGER_MESSAGES:
+                    break  # another request is in flight: its carrier takes what waits
         finally:
             topic.in_flight -= 1
             if not topic.in_flight and not topic.waiting:
@@ -124,7 +131,7 @@ class AutoBatcher:
     async def _one_batch(self, topic: str, taken: list[Waiting]) -> None:
         deadline = min(w.deadline for w in taken)
         try:
-            (outgoing,) = prepare_batches([w.message for w in taken], self._ids)
+            outgoing = batch_outgoing(topic, [w.record for w in taken], [w.uniq_key for w in taken])
             result = await self._send(outgoing, deadline)
         except Exception as err:  # each message hears of it, in its own words
             for w in taken:

@@ -41,6 +41,14 @@ def message_size(topic: str, body: bytes, properties: Mapping[str, str]) -> int:
     return size
 
 
+def encoded_message_size(topic: str, body: bytes, encoded: bytes, pairs: int) -> int:
+    """message_size from the properties as remoting.properties.encode gave them (`pairs`
+    of them, each "key\x01value\x02"), without encoding every key and value again."""
+    return (
+        len(topic.encode()) + len(body) + limits.BATCH_LOG_OVERHEAD_BYTES + len(encoded) - 2 * pairs
+    )
+
+
 def split(
     sizes: Sequence[int],
     *,

@@ -85,22 +85,29 @@ def prepare_batches(messages: Sequence[Message], ids: UniqIdGenerator) -> list[O
         if message.delay_level:
             raise InvalidMessage("batch", f"message {i} has a delay level; batches cannot")
         uniq_key = uniq_key_of(message, ids)
-        wire, encoded = _properties(message, uniq_key)
-        records.append((message.body, message.flag, encoded))
-        sizes.append(batch.message_size(topic, message.body, wire))
+        record, size = prepare_record(message, uniq_key)
+        records.append(record)
+        sizes.append(size)
         keys.append(uniq_key)
     return [
-        Outgoing(
-            topic,
-            batch.encode(records[r.start : r.stop]),
-            0,
-            0,
-            "",
-            ",".join(keys[r.start : r.stop]),
-            is_batch=True,
-        )
+        batch_outgoing(topic, records[r.start : r.stop], keys[r.start : r.stop])
         for r in batch.split(sizes)
     ]
+
+
+def prepare_record(message: Message, uniq_key: str) -> tuple[bytes, int]:
+    """One message of a batch made ready (with its UNIQ_KEY, not compressed, as RocketMQ's
+    batches): its record in a batch body, and its size as the splitter counts it."""
+    wire, encoded = _properties(message, uniq_key)
+    return (
+        batch.encode_record(message.body, message.flag, encoded),
+        batch.encoded_message_size(message.topic, message.body, encoded, len(wire)),
+    )
+
+
+def batch_outgoing(topic: str, records: Sequence[bytes], uniq_keys: Sequence[str]) -> Outgoing:
+    """A SEND_BATCH_MESSAGE of these records (prepare_record), which the splitter let go as one."""
+    return Outgoing(topic, b"".join(records), 0, 0, "", ",".join(uniq_keys), is_batch=True)
 
 
 # SEND_MESSAGE_V2's one-letter names ("a" producerGroup, "b" topic, ...), read from the header

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
-from client import AsyncProducer, Message, SendOutcomeUnknown, SendResult, SendStatus
+from client import AsyncProducer, Message, SendOutcomeUnknown, SendResult, SendStatus, limits
 from client.auto_batch import split_result
 from client.message import MessageQueue
 from remoting import properties as props
@@ -52,6 +53,32 @@ async def test_a_lone_send_leaves_at_once_as_a_batch_of_one() -> None:
         (stored,) = cluster.stored()
         assert stored.request_code == RequestCode.SEND_BATCH_MESSAGE
         assert result.msg_id == stored.properties[props.UNIQ_KEY]
+
+
+async def test_while_a_request_is_in_flight_the_next_waits_for_a_batch_worth_sending(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with fake_cluster({"broker-a": 1}, topics={"T": 1}) as cluster:
+        replica = cluster.replica("broker-a", 0)
+        outcomes: list[SendResult | BaseException] = []
+        async with producer(cluster) as p:
+            replica.mode, replica.delay_s = Mode.SLOW, 0.3
+            await p.send_async(Message("T", b"first"), outcomes.append)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(replica.requests) == 1  # a lone send leaves at once
+            eager = limits.AUTO_BATCH_EAGER_MESSAGES
+            for i in range(eager - 1):
+                await p.send_async(Message("T", b"%d" % i), outcomes.append)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(replica.requests) == 1  # not yet a batch worth its own request
+            await p.send_async(Message("T", b"last"), outcomes.append)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(replica.requests) == 2  # now one leaves beside the first
+            with trio.fail_after(5):
+                while len(outcomes) < eager + 1:
+                    await trio.sleep(0.1)
+        assert all(isinstance(o, SendResult) and o.ok for o in outcomes)
+        assert len(replica.requests) == 2 and len(cluster.stored()) == eager + 1
 
 
 async def test_send_async_calls_back_each_message() -> None:

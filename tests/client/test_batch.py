@@ -50,6 +50,16 @@ def test_the_splitter_sizes_topic_body_properties_and_overhead() -> None:
     assert batch.message_size("Topic", b"x" * 10, {"KEYS": "ab", "é": "1"}) == 5 + 10 + 6 + 3 + 20
 
 
+@given(keys, st.binary(max_size=50), st.dictionaries(keys, keys, max_size=6))
+def test_the_size_from_encoded_properties_is_the_splitters(
+    topic: str, body: bytes, properties: dict[str, str]
+) -> None:
+    encoded = props.encode(properties)
+    assert batch.encoded_message_size(topic, body, encoded, len(properties)) == (
+        batch.message_size(topic, body, properties)
+    )
+
+
 def test_the_splitter_cuts_before_a_batch_passes_its_byte_limit() -> None:
     """Three messages of 40 bytes in batches of at most 100 bytes: 2 + 1."""
     assert batch.split([40, 40, 40], bytes_max=100) == [range(0, 2), range(2, 3)]
