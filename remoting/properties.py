@@ -68,9 +68,17 @@ def check(key: str, value: str) -> None:
 
 def encode(properties: dict[str, str]) -> bytes:
     """The stored form of `properties`: UTF-8, at most PROPERTIES_BYTES_MAX bytes."""
-    for key, value in properties.items():
-        check(key, value)
     text = "".join([f"{key}\x01{value}\x02" for key, value in properties.items()])
+    pairs = len(properties)
+    if (  # every pair checked at once: a separator or an empty key or value shows in the text
+        text.count(NAME_VALUE_SEPARATOR) != pairs
+        or text.count(PROPERTY_SEPARATOR) != pairs
+        or "\x01\x02" in text
+        or "\x02\x01" in text
+        or text.startswith(NAME_VALUE_SEPARATOR)
+    ):
+        for key, value in properties.items():
+            check(key, value)  # which pair, and why
     data = text.encode()
     if len(data) > limits.PROPERTIES_BYTES_MAX:
         raise PropertiesTooLong(len(data), limits.PROPERTIES_BYTES_MAX)

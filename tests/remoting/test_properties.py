@@ -76,6 +76,23 @@ def test_bad_pairs_are_named(key: str, value: str, reason: str) -> None:
     assert all(word in caught.value.reason for word in reason.split()[-2:])
 
 
+@given(st.dictionaries(st.text("ab\x01\x02", max_size=4), st.text("ab\x01\x02", max_size=4)))
+def test_encode_refuses_exactly_the_pairs_check_refuses(pairs: dict[str, str]) -> None:
+    # encode checks all pairs at once on its text; check, pair by pair, names the bad one
+    bad = []
+    for key, value in pairs.items():
+        try:
+            properties.check(key, value)
+        except BadProperty as err:
+            bad.append(err.key)
+    if bad:
+        with pytest.raises(BadProperty) as caught:
+            properties.encode(pairs)
+        assert caught.value.key == bad[0]
+    else:
+        assert properties.decode(properties.encode(pairs)) == pairs
+
+
 def test_too_long_is_named() -> None:
     fits = {"K": "v" * (limits.PROPERTIES_BYTES_MAX - 3)}  # K \x01 ... \x02
     assert len(properties.encode(fits)) == limits.PROPERTIES_BYTES_MAX
