@@ -86,6 +86,10 @@ class Geometry:
     index_items: int = 20_000_000
 
 
+# stored_message.DispatchFields, or the same fields as a plain tuple (what shape read)
+DispatchRead = tuple[int, int, int, int, int, int, str, bytes]
+
+
 class Placed(NamedTuple):  # a tuple: the leader makes one per message it shapes
     """Where a message landed: what a SEND answer carries."""
 
@@ -118,6 +122,11 @@ class BrokerState:
         # table of its own (one dict put per message on every replica, for the rare forwarded
         # write).
         self._shaped: OrderedDict[int, Placed] = OrderedDict()
+        # what `shape` read of each message it proposed, for the dispatcher to use instead of
+        # reading the record again, by log index: (the record proposed, its fields). Only for
+        # the very record object the applier then gets (the log hands back what was appended);
+        # emptied as applied, and dropped on a role change or a refused proposal.
+        self._shaped_reads: dict[int, tuple[bytes, DispatchRead]] = {}
         # the leader's assignment of queue offsets (`shape`): valid while `_ready_term` is the
         # term it leads in; None while not leading or not yet caught up with its own log
         self._role = RoleState(Role.FOLLOWER, 0, None)
@@ -335,10 +344,13 @@ class BrokerState:
             self._ops_since_start.append((index, op))
 
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
+        shaped = self._shaped_reads.pop(index, None) if self._shaped_reads else None
+        if shaped is not None and shaped[0] is body:  # the leader's own proposal, read by shape
+            read: DispatchRead = shaped[1]
+        else:
+            read = stored_message.read_dispatch(body)
         # the fields as locals: one unpack, not a named attribute lookup at each use
-        size, queue_id, queue_offset, stored_at, sys_flag, store_ms, topic, properties = (
-            stored_message.read_dispatch(body)
-        )
+        size, queue_id, queue_offset, stored_at, sys_flag, store_ms, topic, properties = read
         assert stored_at == physical_offset, (index, stored_at, physical_offset)
         found = props.table(properties)  # one pass for all the keys looked up below
         if topic in SCHEDULE_TOPICS:  # a delayed message: its unit holds its due time
@@ -379,6 +391,7 @@ class BrokerState:
             self._ready_term = None
             self._next_offsets.clear()
             self._once.clear()
+            self._shaped_reads.clear()
         self._role = role
 
     def shape(
@@ -396,7 +409,9 @@ class BrokerState:
         shaped: list[bytes] = []
         last_shape: list[QueueKey] = []
         self._last_shape = last_shape
-        next_offsets, remembered = self._next_offsets, self._shaped
+        next_offsets, remembered, reads = self._next_offsets, self._shaped, self._shaped_reads
+        if len(reads) > RECENT_SENDS_MAX:  # the applier far behind: it reads those itself
+            reads.clear()
         once = self._once
         once.begin()
         for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
@@ -406,7 +421,9 @@ class BrokerState:
                     once.note_resolution(payload)
                 shaped.append(payload)
                 continue
-            _, queue_id, _, _, _, _, topic, properties = stored_message.read_dispatch(payload)
+            size, queue_id, _, _, sys_flag, store_ms, topic, properties = (
+                stored_message.read_dispatch(payload)
+            )
             if SOURCE_BYTES in properties:
                 if not once.first_delivery(properties, self.metadata.schedule):
                     shaped.append(void_entry(len(payload)))
@@ -426,14 +443,21 @@ class BrokerState:
             stored_message.patch_offsets(record, 0, offset, physical_offset)
             next_offsets[key] = offset + 1
             last_shape.append(key)
-            _bounded_put(remembered, first_index + k, Placed(queue_id, offset, physical_offset))
-            shaped.append(bytes(record))
+            index = first_index + k
+            _bounded_put(remembered, index, Placed(queue_id, offset, physical_offset))
+            proposed = bytes(record)
+            shaped.append(proposed)
+            reads[index] = (
+                proposed,
+                (size, queue_id, offset, physical_offset, sys_flag, store_ms, topic, properties),
+            )
         return shaped
 
     def refused(self) -> None:
         for key in self._last_shape:
             self._next_offsets[key] -= 1
         self._last_shape = []
+        self._shaped_reads.clear()  # rare: the ones still valid are read again when applied
         self._once.refused()
 
     # --- what handlers read ---------------------------------------------------------------------

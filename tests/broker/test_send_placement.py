@@ -178,3 +178,40 @@ def test_recent_placements_keep_the_newest_and_forget_the_oldest(
     assert table[10] == Placed(0, 10, 1000)
     state_module._bounded_put(table, 9, Placed(1, 9, 900))  # a re-put replaces in place
     assert list(table) == [7, 8, 9, 10] and table[9].queue_id == 1
+
+
+async def test_the_leader_dispatches_its_own_proposals_from_what_shape_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shape reads every message it proposes; the leader's dispatcher takes those fields for
+    the very records it applies (identical to reading them again) instead of a second read."""
+    proposed: list[bytes] = []
+    read_again: list[bytes] = []
+    async with broker_group(tmp_path) as group:
+        state = group.leader().state
+        shape, read = state.shape, stored_message.read_dispatch
+
+        def spying_shape(first: int, positions: Any, payloads: list[bytes]) -> list[bytes]:
+            shaped = shape(first, positions, payloads)
+            for k, record in enumerate(shaped):
+                held = state._shaped_reads.get(first + k)
+                if held is not None:
+                    assert held[0] is record
+                    assert held[1] == tuple(read(record))
+                    proposed.append(record)
+            return shaped
+
+        def spying_read(buf: Any, at: int = 0) -> stored_message.DispatchFields:
+            if any(buf is p for p in proposed):
+                read_again.append(buf)
+            return read(buf, at)
+
+        monkeypatch.setattr(state, "shape", spying_shape)
+        monkeypatch.setattr(stored_message, "read_dispatch", spying_read)
+        async with open_connection("127.0.0.1", group.leader().config.listen.port) as conn:
+            for n in range(5):
+                answer = await conn.request(send_request(TOPIC, b"m%d" % n), timeout_s=10)
+                assert answer.code == ResponseCode.SUCCESS, answer.remark
+        await group.wait_applied_everywhere()
+        assert state._shaped_reads == {}
+    assert len(proposed) >= 5 and read_again == []
