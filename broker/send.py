@@ -285,6 +285,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
     store_host = broker.store_host
     now_ms = int(time.time() * 1000)
     records = []
+    leading = broker.is_leader
     metas = [create] if create is not None else []
     halves = 0
     for message in outgoing:
@@ -346,6 +347,10 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message is {len(record)} bytes stored; maxMessageSize is "
                 f"{broker.config.message_bytes_max}",
+            )
+        if leading:  # shape will take these fields instead of reading the record back
+            broker.state.note_packed(
+                record, (len(record), record_queue_id, 0, 0, sys_flag, now_ms, topic, properties)
             )
         records.append(record)
     return _Prepared(request, outgoing, metas, records, queue_id, halves)

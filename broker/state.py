@@ -127,6 +127,9 @@ class BrokerState:
         # the very record object the applier then gets (the log hands back what was appended);
         # emptied as applied, and dropped on a role change or a refused proposal.
         self._shaped_reads: dict[int, tuple[bytes, DispatchRead]] = {}
+        # records this leader's send handlers packed (broker/send.py), by id, with the fields
+        # they were packed from: what shape would read of each (`note_packed`)
+        self._packed: dict[int, tuple[bytes, DispatchRead]] = {}
         # the leader's assignment of queue offsets (`shape`): valid while `_ready_term` is the
         # term it leads in; None while not leading or not yet caught up with its own log
         self._role = RoleState(Role.FOLLOWER, 0, None)
@@ -392,7 +395,18 @@ class BrokerState:
             self._next_offsets.clear()
             self._once.clear()
             self._shaped_reads.clear()
+            self._packed.clear()
         self._role = role
+
+    def note_packed(self, record: bytes, read: DispatchRead) -> None:
+        """A record a send handler of this leader packed, and the fields it packed it from
+        (offsets 0; as read_dispatch would read them): shape takes these when it gets this
+        very record instead of reading it. Records never proposed here (a write given up, a
+        leadership lost) are forgotten at a role change or past a bound."""
+        packed = self._packed
+        if len(packed) >= RECENT_SENDS_MAX:
+            packed.clear()
+        packed[id(record)] = (record, read)
 
     def shape(
         self, first_index: int, positions: Sequence[int], payloads: list[bytes]
@@ -414,16 +428,21 @@ class BrokerState:
             reads.clear()
         once = self._once
         once.begin()
+        packed = self._packed
         for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
-            kind = entry_type(payload)
-            if kind is not EntryType.MESSAGE:
-                if kind is EntryType.META and TXN_END_BYTES in payload:
-                    once.note_resolution(payload)
-                shaped.append(payload)
-                continue
-            size, queue_id, _, _, sys_flag, store_ms, topic, properties = (
-                stored_message.read_dispatch(payload)
-            )
+            known = packed.pop(id(payload), None) if packed else None
+            if known is not None and known[0] is payload:  # a send handler's: fields known
+                size, queue_id, _, _, sys_flag, store_ms, topic, properties = known[1]
+            else:
+                kind = entry_type(payload)
+                if kind is not EntryType.MESSAGE:
+                    if kind is EntryType.META and TXN_END_BYTES in payload:
+                        once.note_resolution(payload)
+                    shaped.append(payload)
+                    continue
+                size, queue_id, _, _, sys_flag, store_ms, topic, properties = (
+                    stored_message.read_dispatch(payload)
+                )
             if SOURCE_BYTES in properties:
                 if not once.first_delivery(properties, self.metadata.schedule):
                     shaped.append(void_entry(len(payload)))

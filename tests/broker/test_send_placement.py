@@ -180,11 +180,13 @@ def test_recent_placements_keep_the_newest_and_forget_the_oldest(
     assert list(table) == [7, 8, 9, 10] and table[9].queue_id == 1
 
 
-async def test_the_leader_dispatches_its_own_proposals_from_what_shape_read(
+async def test_the_leader_reads_no_record_its_send_handlers_packed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Shape reads every message it proposes; the leader's dispatcher takes those fields for
-    the very records it applies (identical to reading them again) instead of a second read."""
+    """Shape takes the fields a send handler packed each record from (identical to reading
+    it), and the leader's dispatcher takes what shape knew for the very records it applies:
+    no record a send handler made is read back on the leader."""
+    packed_known = 0
     proposed: list[bytes] = []
     read_again: list[bytes] = []
     async with broker_group(tmp_path) as group:
@@ -192,6 +194,12 @@ async def test_the_leader_dispatches_its_own_proposals_from_what_shape_read(
         shape, read = state.shape, stored_message.read_dispatch
 
         def spying_shape(first: int, positions: Any, payloads: list[bytes]) -> list[bytes]:
+            nonlocal packed_known
+            for payload in payloads:
+                known = state._packed.get(id(payload))
+                if known is not None:
+                    assert known[0] is payload and known[1] == tuple(read(payload))
+                    packed_known += 1
             shaped = shape(first, positions, payloads)
             for k, record in enumerate(shaped):
                 held = state._shaped_reads.get(first + k)
@@ -202,7 +210,7 @@ async def test_the_leader_dispatches_its_own_proposals_from_what_shape_read(
             return shaped
 
         def spying_read(buf: Any, at: int = 0) -> stored_message.DispatchFields:
-            if any(buf is p for p in proposed):
+            if any(buf is p for p in proposed) or id(buf) in state._packed:
                 read_again.append(buf)
             return read(buf, at)
 
@@ -213,5 +221,5 @@ async def test_the_leader_dispatches_its_own_proposals_from_what_shape_read(
                 answer = await conn.request(send_request(TOPIC, b"m%d" % n), timeout_s=10)
                 assert answer.code == ResponseCode.SUCCESS, answer.remark
         await group.wait_applied_everywhere()
-        assert state._shaped_reads == {}
-    assert len(proposed) >= 5 and read_again == []
+        assert state._shaped_reads == {} and state._packed == {}
+    assert len(proposed) >= 5 and packed_known == 5 and read_again == []
