@@ -20,7 +20,11 @@ EXECUTOR_MEMORY_DEFAULT = "1g"  # standalone workers: per executor JVM
 # Spark's generated code for the audit's wide rows has methods over HotSpot's 8000-byte JIT
 # limit; without this they run interpreted (the row rules' pass took twice as long).
 # C1 only: the JVM lives for seconds, and C2 warming up doubled the planning of the one query.
-JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
+# C1 alone gets a 48 MiB code cache by default, which a JVM that runs many audits fills (the
+# tests' shared session did, session 10: "CodeCache is full. Compiler has been disabled", then
+# "Out of space in CodeCache for adapters" killed the JVM); 240 MiB is what tiered JVMs get.
+# It is address space reserved, committed only as code is compiled.
+JVM_OPTIONS = "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 # Spark sizes its memory pages from the heap (32 MiB for a 2g driver on 2 cores), and every
 # task of a hash aggregate or shuffle takes at least one: with ~30 small tasks in the checks,
 # G1 spent 2.5-4 s on those humongous allocations. 2 MiB pages cut that to ~0.5 s (the checks
