@@ -63,6 +63,16 @@ case "$cmd" in
         install_system
         install_python
         for b in raft_core log_store dledger broker audit; do "$PY" -m "bench.$b" "$@"; done
+        # instruction counts of one message's append and apply on a replica (valgrind)
+        command -v valgrind >/dev/null || {
+            echo "dev.sh: installing valgrind" >&2
+            if [ "$(id -u)" = 0 ]; then
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+            else
+                sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+            fi
+        }
+        "$PY" -m bench.apply_cost
         ;;
     *)
         echo "usage: ./dev.sh up|test|soak|bench" >&2
