@@ -280,7 +280,7 @@ class IndexStore:
             names = names[: self.item_count - 1]
         files = self._files
         last = files[-1] if files else None
-        if last is None or last.item_count - last.index_count < len(names):
+        if last is None or last.room < len(names):
             last = self._create(physical_offset)
         for name in names:
             last.put(name, physical_offset, store_timestamp_ms)

@@ -52,13 +52,6 @@ class Message:
             raise TypeError(f"body must be bytes, not {type(self.body).__name__}")
         self.body = bytes(self.body)
 
-    def with_uniq_key(self, uniq_key: str) -> Message:
-        """This message with its UNIQ_KEY property set (a copy; cheaper than attrs.evolve)."""
-        properties = {**self.properties, props.UNIQ_KEY: uniq_key}
-        return Message(
-            self.topic, self.body, self.tags, self.keys, properties, self.flag, self.delay_level
-        )
-
     def wire_properties(self, uniq_key: str, *, wait: bool = True) -> dict[str, str]:
         """Every property this message is sent with, user properties first."""
         out = dict(self.properties)

@@ -375,8 +375,9 @@ class Node:
                 handled += 1
             metrics["raft_loop_wakeups"] += 1
             metrics["events"] += handled
-            if trio.current_time() >= self._next_tick_at:  # awake anyway: tick here (_ticker)
-                self._tick_taken(trio.current_time())
+            now = trio.current_time()
+            if now >= self._next_tick_at:  # awake anyway: tick here (_ticker)
+                self._tick_taken(now)
                 await self._perform(self.core.step(Tick()))
             if self._persisted is not None:
                 await self._step_persisted()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import zlib
 
-import attrs
 import pytest
 
 from client import validation
@@ -69,15 +68,6 @@ def test_the_answer_read_back() -> None:
     )
     assert slow is not None and slow.status is SendStatus.FLUSH_DISK_TIMEOUT
     assert stored_result(ask.response(ResponseCode.SYSTEM_BUSY, "busy"), queue, outgoing) is None
-
-
-def test_with_uniq_key_keeps_every_other_field() -> None:
-    m = Message("T", b"body", tags="A", keys=["k1", "k2"], properties={"p": "v"}, flag=3)
-    m.delay_level = 2
-    keyed = m.with_uniq_key("ABC")
-    # every field attrs knows of, so a field added later cannot be dropped silently
-    assert keyed == attrs.evolve(m, properties={"p": "v", props.UNIQ_KEY: "ABC"})
-    assert m.properties == {"p": "v"}  # the original is untouched
 
 
 def test_a_refused_topic_is_refused_every_time_and_a_good_one_remembered() -> None:
