@@ -414,6 +414,7 @@ class BrokerState:
         if self._ready_term != self._role.term:
             # entries of earlier terms may still be unapplied: their offsets are not known yet
             if self._role.role is not Role.LEADER or self.applied_index < first_index - 1:
+                self._packed.clear()  # these records are answered BUSY, never proposed
                 raise ProposalRefused(
                     Status.BUSY, "the new leader is still applying its log; retry shortly"
                 )
@@ -423,7 +424,7 @@ class BrokerState:
         shaped: list[bytes] = []
         last_shape: list[QueueKey] = []
         self._last_shape = last_shape
-        next_offsets, remembered, reads = self._next_offsets, self._shaped, self._shaped_reads
+        next_offsets, reads = self._next_offsets, self._shaped_reads
         if len(reads) > RECENT_SENDS_MAX:  # the applier far behind: it reads those itself
             reads.clear()
         once = self._once
@@ -463,7 +464,7 @@ class BrokerState:
             next_offsets[key] = offset + 1
             last_shape.append(key)
             index = first_index + k
-            _bounded_put(remembered, index, Placed(queue_id, offset, physical_offset))
+            self.remember_shaped(index, Placed(queue_id, offset, physical_offset))
             proposed = bytes(record)
             shaped.append(proposed)
             reads[index] = (
@@ -477,6 +478,7 @@ class BrokerState:
             self._next_offsets[key] -= 1
         self._last_shape = []
         self._shaped_reads.clear()  # rare: the ones still valid are read again when applied
+        self._packed.clear()
         self._once.refused()
 
     # --- what handlers read ---------------------------------------------------------------------
