@@ -155,7 +155,7 @@ class ConsumeQueue:
                 while self._starts:
                     self._drop_last_file()
             self._min = self._max = queue_offset
-        assert _valid(physical_offset, size), (physical_offset, size)
+        assert size > 0 and physical_offset >= 0, (physical_offset, size)
         write = self._write
         index = queue_offset - self._write_start
         if write is None or not 0 <= index < self.units_per_file:

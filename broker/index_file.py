@@ -24,6 +24,7 @@ Files are created sparse at full size (420,000,040 bytes by default) and mapped.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
 from collections.abc import Iterable
@@ -33,7 +34,7 @@ from broker import limits, mapped_file
 from broker.errors import CorruptIndexFile
 from remoting import properties as props
 from remoting import stored_message
-from remoting.tag_hash import index_key_hash
+from remoting.tag_hash import index_key_hash, index_key_hash_utf8
 
 # IndexFile. Big-endian. Spec: docs/formats.md#indexfile; change both or neither.
 # Header, at 0:
@@ -68,6 +69,11 @@ TIMESTAMP_MAX_MS = (1 << 63) - 1
 
 def file_bytes(slot_count: int, item_count: int) -> int:
     return HEADER.size + slot_count * SLOT.size + item_count * ITEM.size
+
+
+@functools.lru_cache(maxsize=1024)  # a broker has few topics; every message names one
+def _topic_bytes(topic: str) -> bytes:
+    return topic.encode()
 
 
 def index_keys(topic: str, keys: str | None, uniq_key: str | None) -> list[str]:
@@ -136,10 +142,14 @@ class IndexFile:
 
     def put(self, key: str, physical_offset: int, store_timestamp_ms: int) -> None:
         """Add one item; the caller made sure there is room."""
+        self.put_hash(index_key_hash(key), physical_offset, store_timestamp_ms)
+
+    def put_hash(self, key_hash: int, physical_offset: int, store_timestamp_ms: int) -> None:
+        """Add one item for a key whose index_key_hash is `key_hash`; the caller made sure
+        there is room."""
         number = self.index_count
         assert number < self.item_count, self.path
         mm = self._mm
-        key_hash = index_key_hash(key)
         slot_at = _SLOTS_AT + (key_hash % self.slot_count) * _SLOT_BYTES
         prev = _unpack_slot(mm, slot_at)[0]
         if prev <= 0 or prev > number:
@@ -312,6 +322,21 @@ class IndexStore:
         dispatcher has already read."""
         keys = properties.get(b"KEYS")
         uniq = properties.get(b"UNIQ_KEY")
+        if uniq and not keys:  # a message as clients send most: one item, hashed from bytes
+            files = self._files
+            last = files[-1] if files else None
+            if last is not None and physical_offset <= last.end_phy_offset:
+                return 0  # indexed already (a replay)
+            if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
+                return 0
+            if last is None or last.index_count >= last.item_count:
+                last = self._create(physical_offset)
+            key_hash = index_key_hash_utf8(b"%b#%b" % (_topic_bytes(topic), uniq))
+            last.put_hash(key_hash, physical_offset, store_timestamp_ms)
+            dirty = self._dirty
+            if not dirty or dirty[-1] is not last:
+                dirty.append(last)
+            return 1
         return self.index_message(
             topic,
             keys.decode(errors="replace") if keys else None,

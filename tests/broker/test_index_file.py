@@ -346,3 +346,37 @@ def test_torn_last_file_after_a_crash_is_rebuilt(tmp_path: Path, checkpoint_k: i
         restart = store.truncate_from_position(1000 * checkpoint_k)
         index_all(store, [r for k, r in enumerate(records) if 1000 * k >= restart])
     assert files(tmp_path / "a" / "index") == files(tmp_path / "b" / "index")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "TopicA", "話題"]),
+            st.binary(min_size=1, max_size=40) | st.text(min_size=1, max_size=40).map(str.encode),
+        ),
+        min_size=1,
+        max_size=14,
+    )
+)
+def test_a_uniq_key_only_message_indexes_as_the_general_path(
+    tmp_path_factory: pytest.TempPathFactory, messages: list[tuple[str, bytes]]
+) -> None:
+    """index_fields hashes "topic#UNIQ_KEY" from bytes for a message without KEYS; the files
+    are those the general path (index_message, with the decoded key) writes."""
+    root = tmp_path_factory.mktemp("fast")
+    with (
+        IndexStore.open(root / "a", SLOTS, ITEMS) as fast,
+        IndexStore.open(root / "b", SLOTS, ITEMS) as general,
+    ):
+        for k, (topic, uniq) in enumerate(messages, start=1):
+            at, ts = 1000 * k, T0 + 1000 * k
+            assert fast.index_fields(topic, at, ts, 0, {b"UNIQ_KEY": uniq}) == 1
+            general.index_message(topic, None, uniq.decode(errors="replace"), at, ts)
+            assert fast.index_fields(topic, at, ts, 0, {b"UNIQ_KEY": uniq}) == 0  # a replay
+        fast.write_header()
+        general.write_header()
+        for topic, uniq in messages:
+            key = uniq.decode(errors="replace")
+            assert fast.query(topic, key, 100) == general.query(topic, key, 100)
+    assert files(root / "a" / "index") == files(root / "b" / "index")

@@ -50,7 +50,7 @@ async def test_a_forwarded_send_answers_where_it_landed_not_an_old_leaders_guess
             # indexes as leader of an earlier term (its guesses, never committed)
             nxt = follower.node.last_index + 1
             for index in range(nxt, nxt + INDEXES_PLANTED):
-                follower.state.remember_shaped(index, Placed(queue_id, STALE_OFFSET, 0))
+                follower.state.remember_shaped([(index, Placed(queue_id, STALE_OFFSET, 0))])
             second = await conn.request(send_request(TOPIC, b"m1", queue_id=queue_id), timeout_s=10)
     assert second.code == ResponseCode.SUCCESS, second.remark
     assert int(first.ext_fields["queueOffset"]) == 0
@@ -173,11 +173,13 @@ def test_recent_placements_keep_the_newest_and_forget_the_oldest(
     monkeypatch.setattr(state_module, "RECENT_SENDS_MAX", 4)
     table: OrderedDict[int, Placed] = OrderedDict()
     for index in range(1, 11):
-        state_module._bounded_put(table, index, Placed(0, index, index * 100))
+        state_module._bounded_update(table, [(index, Placed(0, index, index * 100))])
     assert list(table) == [7, 8, 9, 10]
     assert table[10] == Placed(0, 10, 1000)
-    state_module._bounded_put(table, 9, Placed(1, 9, 900))  # a re-put replaces in place
+    state_module._bounded_update(table, [(9, Placed(1, 9, 900))])  # a re-put replaces in place
     assert list(table) == [7, 8, 9, 10] and table[9].queue_id == 1
+    state_module._bounded_update(table, [(k, Placed(2, k, k * 100)) for k in range(11, 17)])
+    assert list(table) == [13, 14, 15, 16]  # a run longer than the bound keeps its newest
 
 
 async def test_the_leader_reads_no_record_its_send_handlers_packed(

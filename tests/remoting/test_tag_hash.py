@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remoting.tag_hash import index_key_hash, java_string_hash, tags_code
+from remoting.tag_hash import index_key_hash, index_key_hash_utf8, java_string_hash, tags_code
 
 JAVA = [  # (string, String.hashCode())
     ("", 0),
@@ -69,3 +69,14 @@ def test_uniq_keys_of_one_producer_share_a_head_and_hash_right() -> None:
     for counter in range(300):
         key = f"BenchTopic#7F0000010A0B18B4AAC2{counter:012X}"
         assert java_string_hash(key) == plain_hash(key)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=60) | st.text(max_size=60).map(str.encode))
+def test_the_hash_from_utf8_bytes_is_the_hash_of_the_decoded_key(key: bytes) -> None:
+    expected = index_key_hash(key.decode(errors="replace"))
+    assert index_key_hash_utf8(key) == expected == index_key_hash_utf8(key)  # head remembered
+
+
+def test_the_hash_from_bytes_maps_min_value_to_zero() -> None:
+    assert index_key_hash_utf8(b"polygenelubricants") == 0  # hashCode is Integer.MIN_VALUE
