@@ -18,7 +18,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 
@@ -40,10 +40,16 @@ def _hex_bytes(text: str, lengths: tuple[int, int]) -> bytes:
 
 def offset_msg_id(store_host: Host, physical_offset: int) -> str:
     """The offsetMsgId of the record at `physical_offset` stored by `store_host`."""
+    return offset_msg_ids(store_host, (physical_offset,))[0]
+
+
+def offset_msg_ids(store_host: Host, physical_offsets: Iterable[int]) -> list[str]:
+    """offset_msg_id of each record, all stored by `store_host` (a batch's answer)."""
     address, port = store_host
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    raw = socket.inet_pton(family, address) + _PORT_POSITION.pack(port, physical_offset)
-    return raw.hex().upper()
+    ip = socket.inet_pton(family, address)
+    pack = _PORT_POSITION.pack
+    return [(ip + pack(port, offset)).hex().upper() for offset in physical_offsets]
 
 
 def parse_offset_msg_id(text: str) -> tuple[Host, int]:

@@ -178,40 +178,111 @@ def pack(
     Raises TopicTooLong, PropertiesTooLong and MessageTooLarge (the record must fit in one
     log entry: STORED_MESSAGE_BYTES_MAX, RocketMQ's maxMessageSize).
     """
-    assert magic in (MAGIC_V1, MAGIC_V2), magic
-    topic_data = topic.encode()
-    topic_max = limits.TOPIC_BYTES_MAX_V1 if magic == MAGIC_V1 else limits.TOPIC_BYTES_MAX_V2
-    if len(topic_data) > topic_max:
-        raise TopicTooLong(topic, len(topic_data), topic_max)
-    if len(properties_data) > limits.PROPERTIES_BYTES_MAX:
-        raise PropertiesTooLong(len(properties_data), limits.PROPERTIES_BYTES_MAX)
-    fixed = FIXED[(sys_flag & 0x30) >> 4]
-    size = encoded_size(len(body), len(topic_data), len(properties_data), sys_flag, magic)
-    if size > limits.STORED_MESSAGE_BYTES_MAX:
-        raise MessageTooLarge(size, limits.STORED_MESSAGE_BYTES_MAX)
-    head = fixed.pack(
-        size,
-        magic,
-        crc32(body) & BODY_CRC_MASK,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp_ms,
-        _host_bytes(born_host, bool(sys_flag & BORN_HOST_V6_FLAG)),
-        born_host[1],
-        store_timestamp_ms,
-        _host_bytes(store_host, bool(sys_flag & STORE_HOST_V6_FLAG)),
-        store_host[1],
-        reconsume_times,
-        prepared_transaction_offset,
-        len(body),
+    packer = Packer(
+        queue_id=queue_id,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_timestamp_ms,
+        born_host=born_host,
+        store_timestamp_ms=store_timestamp_ms,
+        store_host=store_host,
+        reconsume_times=reconsume_times,
+        topic=topic,
+        magic=magic,
     )
-    topic_length = bytes((len(topic_data),)) if magic == MAGIC_V1 else INT16.pack(len(topic_data))
-    return b"".join(
-        (head, body, topic_length, topic_data, INT16.pack(len(properties_data)), properties_data)
+    return packer.pack(
+        flag, body, properties_data, queue_offset, physical_offset, prepared_transaction_offset
     )
+
+
+class Packer:
+    """`pack` for records that share all but flag, body, properties and the offsets: the
+    messages of one send request. What they share is encoded and checked once."""
+
+    __slots__ = (
+        "_born",
+        "_born_ms",
+        "_fixed",
+        "_magic",
+        "_overhead",
+        "_queue_id",
+        "_reconsume_times",
+        "_store",
+        "_store_ms",
+        "_sys_flag",
+        "_topic_part",
+    )
+
+    def __init__(
+        self,
+        *,
+        queue_id: int,
+        sys_flag: int,
+        born_timestamp_ms: int,
+        born_host: Host,
+        store_timestamp_ms: int,
+        store_host: Host,
+        reconsume_times: int,
+        topic: str,
+        magic: int = MAGIC_V1,
+    ) -> None:
+        """Raises TopicTooLong."""
+        assert magic in (MAGIC_V1, MAGIC_V2), magic
+        topic_data = topic.encode()
+        topic_max = limits.TOPIC_BYTES_MAX_V1 if magic == MAGIC_V1 else limits.TOPIC_BYTES_MAX_V2
+        if len(topic_data) > topic_max:
+            raise TopicTooLong(topic, len(topic_data), topic_max)
+        length = bytes((len(topic_data),)) if magic == MAGIC_V1 else INT16.pack(len(topic_data))
+        self._topic_part = length + topic_data
+        self._overhead = encoded_size(0, len(topic_data), 0, sys_flag, magic)
+        self._fixed = FIXED[(sys_flag & 0x30) >> 4]
+        self._magic = magic
+        self._queue_id = queue_id
+        self._sys_flag = sys_flag
+        self._born_ms = born_timestamp_ms
+        self._born = (_host_bytes(born_host, bool(sys_flag & BORN_HOST_V6_FLAG)), born_host[1])
+        self._store_ms = store_timestamp_ms
+        self._store = (_host_bytes(store_host, bool(sys_flag & STORE_HOST_V6_FLAG)), store_host[1])
+        self._reconsume_times = reconsume_times
+
+    def pack(
+        self,
+        flag: int,
+        body: bytes,
+        properties_data: bytes,
+        queue_offset: int = 0,
+        physical_offset: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> bytes:
+        """One record. Raises PropertiesTooLong and MessageTooLarge."""
+        properties_bytes = len(properties_data)
+        if properties_bytes > limits.PROPERTIES_BYTES_MAX:
+            raise PropertiesTooLong(properties_bytes, limits.PROPERTIES_BYTES_MAX)
+        size = self._overhead + len(body) + properties_bytes
+        if size > limits.STORED_MESSAGE_BYTES_MAX:
+            raise MessageTooLarge(size, limits.STORED_MESSAGE_BYTES_MAX)
+        born, store = self._born, self._store
+        head = self._fixed.pack(
+            size,
+            self._magic,
+            crc32(body) & BODY_CRC_MASK,
+            self._queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            self._sys_flag,
+            self._born_ms,
+            born[0],
+            born[1],
+            self._store_ms,
+            store[0],
+            store[1],
+            self._reconsume_times,
+            prepared_transaction_offset,
+            len(body),
+        )
+        return b"".join(
+            (head, body, self._topic_part, INT16.pack(properties_bytes), properties_data)
+        )
 
 
 def encode(message: StoredMessage, magic: int = MAGIC_V1) -> bytes:

@@ -14,6 +14,7 @@ from remoting.message_id import (
     UniqIdGenerator,
     month_start_ms,
     offset_msg_id,
+    offset_msg_ids,
     parse_offset_msg_id,
     parse_uniq_id,
     uniq_id_time_ms,
@@ -38,6 +39,15 @@ def test_offset_msg_id_round_trip(ip: str, port: int, position: int) -> None:
     assert len(text) == (32 if ":" not in ip else 56) and text == text.upper()
     assert parse_offset_msg_id(text) == (host, position)
     assert parse_offset_msg_id(text.lower()) == (host, position)
+
+
+@given(canonical_ips, st.integers(0, 65535), st.lists(st.integers(0, 2**63 - 1), max_size=8))
+def test_a_batchs_ids_are_each_records_id(ip: str, port: int, positions: list[int]) -> None:
+    host = (ip, port)
+    assert offset_msg_ids(host, positions) == [offset_msg_id(host, p) for p in positions]
+    assert [parse_offset_msg_id(t) for t in offset_msg_ids(host, positions)] == [
+        (host, p) for p in positions
+    ]
 
 
 @pytest.mark.parametrize(

@@ -159,6 +159,41 @@ def test_patch_offsets(m: StoredMessage, queue_offset: int, physical_offset: int
     assert stored_message.read_dispatch(memoryview(buf), 2)[2:4] == (queue_offset, physical_offset)
 
 
+@given(
+    messages(),
+    st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(max_size=64)), max_size=5),
+    st.sampled_from([MAGIC_V1, MAGIC_V2]),
+)
+def test_one_packer_packs_a_batch_as_pack_packs_each(
+    m: StoredMessage, others: list[tuple[int, bytes]], magic: int
+) -> None:
+    """A send request's Packer (the fields its messages share, encoded once) gives each record
+    that pack gives, and a message it refuses does not spoil the next one."""
+    shared = attrs.asdict(m, recurse=False)
+    for field in ("flag", "body", "properties", "queue_offset", "physical_offset"):
+        del shared[field]
+    del shared["prepared_transaction_offset"]
+    packer = stored_message.Packer(**shared, magic=magic)
+    raw = properties.encode(m.properties)
+    batch = [(m.flag, m.body, raw), *((flag, body, raw) for flag, body in others)]
+    with pytest.raises(PropertiesTooLong):
+        packer.pack(0, b"", b"x" * 32768)
+    for flag, body, raw_properties in batch:
+        record = packer.pack(flag, body, raw_properties)
+        assert record == stored_message.pack(
+            **shared,
+            flag=flag,
+            queue_offset=0,
+            physical_offset=0,
+            prepared_transaction_offset=0,
+            body=body,
+            properties_data=raw_properties,
+            magic=magic,
+        )
+        decoded = stored_message.decode(record)
+        assert (decoded.flag, decoded.body, decoded.topic) == (flag, body, m.topic)
+
+
 def test_v2_topic_longer_than_v1_allows() -> None:
     m = attrs.evolve(example(), topic="t" * 300)
     with pytest.raises(TopicTooLong) as caught:
