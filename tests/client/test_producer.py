@@ -8,6 +8,7 @@ import zlib
 
 import pytest
 import trio
+import trio.testing
 
 from client import (
     AsyncProducer,
@@ -362,3 +363,36 @@ async def test_ordered_sends_keep_their_queue_while_a_restarted_namesrv_lacks_a_
         monkeypatch.setattr(limits, "ORDERED_GROUP_GRACE_S", 0.0)  # as if gone that long
         moved = await p.send(Message("T", b"4"), selector=hash_selector, arg=key)
         assert moved.queue.broker_name == "broker-b"
+
+
+async def test_async_sends_in_flight_are_bounded_in_number_and_bytes() -> None:
+    """_InFlight: an acquire past either bound waits for a release, and every waiter wakes."""
+    from client.producer import _InFlight
+
+    in_flight = _InFlight(2, 100)
+    await in_flight.acquire(10)
+    await in_flight.acquire(10)
+    got: list[int] = []
+
+    async def acquire(size: int) -> None:
+        await in_flight.acquire(size)
+        got.append(size)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(acquire, 5)
+        nursery.start_soon(acquire, 6)
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == []  # two in flight: both wait
+        in_flight.release(10)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(got) == 1 and in_flight.count == 2
+        in_flight.release(10)
+    assert sorted(got) == [5, 6] and (in_flight.count, in_flight.bytes) == (2, 11)
+    in_flight.release(5)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(acquire, 95)  # would pass the byte bound: waits
+        await trio.testing.wait_all_tasks_blocked()
+        assert 95 not in got and (in_flight.count, in_flight.bytes) == (1, 6)
+        nursery.cancel_scope.cancel()
+    await in_flight.acquire(94)  # fits exactly
+    assert (in_flight.count, in_flight.bytes) == (2, 100)
