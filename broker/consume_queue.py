@@ -48,16 +48,17 @@ READ_CHUNK_BYTES = 64 * 1024  # recovery reads a file's head this much at a time
 
 @attrs.define
 class FlushPlan:
-    """Mappings to flush, then mappings (of rolled files) to close after their flush."""
+    """Files to sync, then mappings (of rolled files) to close after their sync."""
 
-    flush: list[mmap.mmap]
+    sync: list[Path]
     close: list[mmap.mmap]
 
 
 def run_flush(plan: FlushPlan) -> None:
-    """Blocking: carry out a FlushPlan (any thread; the plan's mappings are its own now)."""
-    for mm in plan.flush:
-        mm.flush()
+    """Blocking: carry out a FlushPlan (any thread; the plan's mappings are its own now).
+    The GIL is free while the disk works (mapped_file.sync)."""
+    for path in dict.fromkeys(plan.sync):
+        mapped_file.sync(path)
     for mm in plan.close:
         mm.close()
 
@@ -87,7 +88,7 @@ class ConsumeQueue:
         self._any_start = True  # no unit yet: the first append may start at any queue offset
         self._write: mmap.mmap | None = None  # the last file, mapped
         self._write_start = -1
-        self._dirty: list[mmap.mmap] = []
+        self._dirty: list[tuple[mmap.mmap, int]] = []  # mappings written, with their starts
 
     @classmethod
     def open(
@@ -167,8 +168,8 @@ class ConsumeQueue:
 
     def _roll(self, start: int) -> mmap.mmap:
         assert not self._starts or start == self._starts[-1] + self.units_per_file, start
-        if self._write is not None and self._write not in self._dirty:
-            self._dirty.append(self._write)  # flushed, then closed, by the next flush()
+        if self._write is not None:
+            self._dirty.append((self._write, self._write_start))  # synced, closed by flush()
         self._write = mapped_file.create(self._path(start), self.file_bytes)
         self._write_start = start
         self._starts.append(start)
@@ -182,13 +183,13 @@ class ConsumeQueue:
         """What a flush must write (and the rolled files it may then close), taken on the
         thread that appends; `run_flush` may then run in a worker thread while appends go on."""
         plan = FlushPlan([], [])
-        for mm in self._dirty:
-            plan.flush.append(mm)
-            if mm is not self._write:
+        for mm, start in self._dirty:
+            plan.sync.append(self._path(start))
+            if mm is not self._write and mm not in plan.close:
                 plan.close.append(mm)
         self._dirty = []
         if self._write is not None:
-            plan.flush.append(self._write)
+            plan.sync.append(self._path(self._write_start))
         return plan
 
     def close(self) -> None:
@@ -217,7 +218,7 @@ class ConsumeQueue:
             assert self._write is not None
             at = (keep_end - self._write_start) * UNIT.size
             self._write[at:] = bytes(len(self._write) - at)
-            self._dirty.append(self._write)
+            self._dirty.append((self._write, self._write_start))
         self._max = keep_end
         self._min = min(self._min, keep_end)
         self._any_start = False
@@ -311,7 +312,7 @@ class ConsumeQueue:
                 at = (end - self._write_start) * UNIT.size
                 if self._write[at:].strip(b"\0"):
                     self._write[at:] = bytes(len(self._write) - at)  # cut the torn tail
-                    self._dirty.append(self._write)
+                    self._dirty.append((self._write, self._write_start))
                 return
             self._path(self._starts.pop()).unlink()  # nothing valid in it: as if never created
         self._min = self._max = 0
@@ -412,7 +413,7 @@ class ConsumeQueueSet:
         plan = FlushPlan([], [])
         for queue in self._queues.values():
             part = queue.flush_plan()
-            plan.flush += part.flush
+            plan.sync += part.sync
             plan.close += part.close
         return plan
 

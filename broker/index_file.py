@@ -215,7 +215,7 @@ class IndexFile:
             number = prev
 
     def flush(self) -> None:
-        self._mm.flush()
+        mapped_file.sync(self.path)  # not self._mm.flush(), which holds the GIL (mapped_file)
 
     def close(self) -> None:
         self._mm.close()

@@ -363,6 +363,43 @@ def test_a_flush_plan_is_taken_on_the_dispatcher_and_run_elsewhere(tmp_path: Pat
     queues.queue("B", 0).append(0, 200, 10, 0)  # a topic created while the plan is written
     run_flush(plan)
     later = queues.flush_plan()
-    assert len(later.flush) == 2  # both queues' current files
+    assert len(later.sync) == 2  # both queues' current files
     run_flush(later)
+    queues.close()
+
+
+def test_a_flush_syncs_each_written_file_by_a_descriptor_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By fdatasync, which frees the GIL while the disk works: CPython's mmap.flush holds it
+    through msync, and the event loop froze while a worker thread flushed (up to 200 ms). The
+    rolled files are synced and then unmapped; a file deleted after the plan is passed over."""
+    import os
+
+    from broker import mapped_file
+    from broker.consume_queue import ConsumeQueueSet, run_flush
+
+    synced: list[int] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(mapped_file.os, "fdatasync", fdatasync)
+    queues = ConsumeQueueSet.open(tmp_path, units_per_file=UPF)
+    fill(queues.queue("A", 0), 0, UPF + 1)  # a rolled file and a current one
+    fill(queues.queue("B", 1), 0, 1)
+    plan = queues.flush_plan()
+    assert len(plan.close) == 1  # the rolled file's mapping, unmapped after its sync
+    run_flush(plan)
+    written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert len(written) == 3
+    assert sorted(synced) == sorted(p.stat().st_ino for p in written)
+    assert plan.close[0].closed
+    gone = queues.flush_plan()
+    queues.queue("B", 1).truncate_after(-1)  # deletes B's only file after the plan named it
+    synced.clear()
+    run_flush(gone)
+    assert len(synced) == 1  # A's current file; B's is gone and needs nothing
     queues.close()
