@@ -291,15 +291,18 @@ class BrokerState:
         skip = self.applied_index - first + 1  # entries this state already holds
         positions: list[int] | None = None
         topics_changed = False
-        for k in range(max(skip, 0), len(batch.payloads)):
-            if batch.kinds[k] != EntryKind.DATA:
+        # locals, not attribute lookups, in the loop every message of every replica passes
+        kinds, payloads, dispatch = batch.kinds, batch.payloads, self._dispatch
+        data, message = EntryKind.DATA, EntryType.MESSAGE
+        for k in range(max(skip, 0), len(payloads)):
+            if kinds[k] != data:
                 continue
-            body = batch.payloads[k]
+            body = payloads[k]
             kind = entry_type(body)
-            if kind is EntryType.MESSAGE:
+            if kind is message:
                 if positions is None:
-                    positions = self.store.positions(first, first + len(batch.payloads) - 1)
-                self._dispatch(first + k, positions[k] + HEADER_BYTES, body)
+                    positions = self.store.positions(first, first + len(payloads) - 1)
+                dispatch(first + k, positions[k] + HEADER_BYTES, body)
             elif kind is EntryType.META:
                 op = decode_meta(body)
                 if op is None:
