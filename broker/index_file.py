@@ -140,11 +140,7 @@ class IndexFile:
         """How many more items fit."""
         return self.item_count - self.index_count
 
-    def put(self, key: str, physical_offset: int, store_timestamp_ms: int) -> None:
-        """Add one item; the caller made sure there is room."""
-        self.put_hash(index_key_hash(key), physical_offset, store_timestamp_ms)
-
-    def put_hash(self, key_hash: int, physical_offset: int, store_timestamp_ms: int) -> None:
+    def put(self, key_hash: int, physical_offset: int, store_timestamp_ms: int) -> None:
         """Add one item for a key whose index_key_hash is `key_hash`; the caller made sure
         there is room."""
         number = self.index_count
@@ -279,25 +275,34 @@ class IndexStore:
     ) -> int:
         """Index one message (IndexService.buildIndex); returns the number of items put. A
         message at or before the last one indexed is skipped, so replaying the log is safe."""
-        if physical_offset <= self.end_phy_offset:
-            return 0
-        if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
-            return 0
         names = index_keys(topic, keys, uniq_key)
-        if not names:
-            return 0
         if len(names) >= self.item_count:  # more keys than an empty file holds: the first ones
             names = names[: self.item_count - 1]
+        return self._put(
+            [index_key_hash(name) for name in names], physical_offset, store_timestamp_ms, sys_flag
+        )
+
+    def _put(
+        self, key_hashes: list[int], physical_offset: int, store_timestamp_ms: int, sys_flag: int
+    ) -> int:
+        """One message's items, all in one file (a new one if the last has too little room);
+        none for a message at or before the last one indexed (a replay) or a rolled-back half."""
         files = self._files
         last = files[-1] if files else None
-        if last is None or last.room < len(names):
+        if (
+            not key_hashes
+            or (last is not None and physical_offset <= last.end_phy_offset)
+            or sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK
+        ):
+            return 0
+        if last is None or last.room < len(key_hashes):
             last = self._create(physical_offset)
-        for name in names:
-            last.put(name, physical_offset, store_timestamp_ms)
+        for key_hash in key_hashes:
+            last.put(key_hash, physical_offset, store_timestamp_ms)
         dirty = self._dirty
         if not dirty or dirty[-1] is not last:
             dirty.append(last)
-        return len(names)
+        return len(key_hashes)
 
     def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
         """Index the stored message at `at` of `buf` (the rebuild's path)."""
@@ -323,20 +328,8 @@ class IndexStore:
         keys = properties.get(b"KEYS")
         uniq = properties.get(b"UNIQ_KEY")
         if uniq and not keys:  # a message as clients send most: one item, hashed from bytes
-            files = self._files
-            last = files[-1] if files else None
-            if last is not None and physical_offset <= last.end_phy_offset:
-                return 0  # indexed already (a replay)
-            if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK:
-                return 0
-            if last is None or last.index_count >= last.item_count:
-                last = self._create(physical_offset)
             key_hash = index_key_hash_utf8(b"%b#%b" % (_topic_bytes(topic), uniq))
-            last.put_hash(key_hash, physical_offset, store_timestamp_ms)
-            dirty = self._dirty
-            if not dirty or dirty[-1] is not last:
-                dirty.append(last)
-            return 1
+            return self._put([key_hash], physical_offset, store_timestamp_ms, sys_flag)
         return self.index_message(
             topic,
             keys.decode(errors="replace") if keys else None,
