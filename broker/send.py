@@ -323,7 +323,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
                     metas.append(encode_meta(op))
         else:
             properties = strip_half_offset(properties)
-        if b"CLUSTER\x01" not in properties or props.find(properties, b"CLUSTER") is None:
+        if props.find(properties, b"CLUSTER") is None:
             properties += _cluster_property(broker.config.cluster)
         try:
             if packer is None or packed_as != (topic, record_queue_id, sys_flag):

@@ -118,7 +118,7 @@ def find(data: bytes | bytearray | memoryview, key: bytes) -> bytes | None:
     For the dispatcher, which wants TAGS, KEYS and UNIQ_KEY of every message without building
     a dict; same leniency as decode (the last occurrence wins; an empty value counts as absent).
     """
-    raw = bytes(data)
+    raw = data if type(data) is bytes else bytes(data)  # no copy of what is bytes already
     needle = key + b"\x01"
     found: bytes | None = None
     start = 0
