@@ -369,24 +369,14 @@ def test_a_flush_plan_is_taken_on_the_dispatcher_and_run_elsewhere(tmp_path: Pat
 
 
 def test_a_flush_syncs_each_written_file_by_a_descriptor_of_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced_inodes: list[int]
 ) -> None:
     """By fdatasync, which frees the GIL while the disk works: CPython's mmap.flush holds it
     through msync, and the event loop froze while a worker thread flushed (up to 200 ms). The
     rolled files are synced and then unmapped; a file deleted after the plan is passed over."""
-    import os
-
-    from broker import mapped_file
     from broker.consume_queue import ConsumeQueueSet, run_flush
 
-    synced: list[int] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(os.fstat(fd).st_ino)
-        real(fd)
-
-    monkeypatch.setattr(mapped_file.os, "fdatasync", fdatasync)
+    synced = synced_inodes
     queues = ConsumeQueueSet.open(tmp_path, units_per_file=UPF)
     fill(queues.queue("A", 0), 0, UPF + 1)  # a rolled file and a current one
     fill(queues.queue("B", 1), 0, 1)

@@ -383,23 +383,11 @@ def test_a_uniq_key_only_message_indexes_as_the_general_path(
 
 
 def test_a_flush_syncs_the_file_by_a_descriptor_of_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced_inodes: list[int]
 ) -> None:
     """Not mmap.flush, which holds the GIL through msync (broker/mapped_file.py: sync)."""
-    import os
-
-    from broker import mapped_file
-
-    synced: list[int] = []
-    real = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        synced.append(os.fstat(fd).st_ino)
-        real(fd)
-
-    monkeypatch.setattr(mapped_file.os, "fdatasync", fdatasync)
     with IndexStore.open(tmp_path, SLOTS, ITEMS) as store:
         store.index_record(record(1, keys="a"))
         store.flush()
         (path,) = (tmp_path / "index").iterdir()
-        assert synced == [path.stat().st_ino]
+        assert synced_inodes == [path.stat().st_ino]
