@@ -89,6 +89,7 @@ class ConsumeQueue:
         self._write: mmap.mmap | None = None  # the last file, mapped
         self._write_start = -1
         self._dirty: list[tuple[mmap.mmap, int]] = []  # mappings written, with their starts
+        self._unsynced = False  # the last file written since the last flush plan named it
 
     @classmethod
     def open(
@@ -165,6 +166,7 @@ class ConsumeQueue:
         UNIT.pack_into(write, index * UNIT.size, physical_offset, size, tag_hash)
         self._max = queue_offset + 1
         self._any_start = False
+        self._unsynced = True
 
     def _roll(self, start: int) -> mmap.mmap:
         assert not self._starts or start == self._starts[-1] + self.units_per_file, start
@@ -188,8 +190,9 @@ class ConsumeQueue:
             if mm is not self._write and mm not in plan.close:
                 plan.close.append(mm)
         self._dirty = []
-        if self._write is not None:
+        if self._write is not None and self._unsynced:  # a queue not written needs no sync
             plan.sync.append(self._path(self._write_start))
+            self._unsynced = False
         return plan
 
     def close(self) -> None:
