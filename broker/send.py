@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import re
 import struct
 import time
 from typing import NamedTuple
@@ -42,8 +43,11 @@ from broker.schedule import TIMER_PENDING_MAX, schedule_topic_op, timer_backlog
 from broker.state import Placed
 from broker.transaction_progress import PENDING_MAX
 from broker.transactions import (
+    HALF_OFFSET_BYTES,
     HALF_QUEUE_ID,
     HALF_TOPIC,
+    PREPARED,
+    TRAN_MSG_BYTES,
     half_properties,
     half_sys_flag,
     is_half,
@@ -69,6 +73,14 @@ BATCH_HEAD = struct.Struct(">iiiii")
 INT16 = struct.Struct(">h")
 BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bounds one append
 TRANSACTION_BITS = 0xC  # sysFlag: 0x4 prepared (a half message), 0x8 commit, 0xC rollback
+CLUSTER_BYTES = props.CLUSTER.encode()
+# any of these in a send's properties: a transaction's half or commit, a delay, or a CLUSTER
+# the client set (_plain)
+_SPECIAL_MARKER = re.compile(
+    b"|".join(
+        map(re.escape, (TRAN_MSG_BYTES, HALF_OFFSET_BYTES, CLUSTER_BYTES, *delays.DELAY_MARKERS))
+    )
+)
 NOT_SENDABLE = frozenset({*SCHEDULE_TOPICS, HALF_TOPIC})  # RocketMQ's NOT_ALLOWED_SEND_TOPIC_SET
 DELAYABLE = (0, 0x8)  # as RocketMQ, only a plain or committed message is delayed
 DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
@@ -92,21 +104,28 @@ class SendRefused(Exception):
 
 
 def parse_batch(body: bytes) -> list[Outgoing]:
-    out = []
+    out: list[Outgoing] = []
+    # the struct methods, the append and the size as locals: this runs for every message
+    head, int16, append, end_of_body = (
+        BATCH_HEAD.unpack_from,
+        INT16.unpack_from,
+        out.append,
+        len(body),
+    )
     at = 0
-    while at < len(body):
-        if len(body) - at < BATCH_HEAD.size:
+    while at < end_of_body:
+        if end_of_body - at < BATCH_HEAD.size:
             raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, "a batch record is cut short")
-        total, _magic, _crc, flag, body_len = BATCH_HEAD.unpack_from(body, at)
+        total, _magic, _crc, flag, body_len = head(body, at)
         end = at + total
         props_at = at + BATCH_HEAD.size + body_len
-        if total < BATCH_HEAD.size + 2 or end > len(body) or body_len < 0 or props_at + 2 > end:
+        if total < BATCH_HEAD.size + 2 or end > end_of_body or body_len < 0 or props_at + 2 > end:
             raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"a batch record at {at} has bad sizes")
-        (props_len,) = INT16.unpack_from(body, props_at)
+        (props_len,) = int16(body, props_at)
         if props_len < 0 or props_at + 2 + props_len != end:
             raise SendRefused(ResponseCode.MESSAGE_ILLEGAL, f"a batch record at {at} has bad sizes")
         # by tuple.__new__: Outgoing(...) runs a Python-level __new__ (100 ns, not 270)
-        out.append(
+        append(
             new_tuple(
                 Outgoing, (body[at + BATCH_HEAD.size : props_at], flag, body[props_at + 2 : end])
             )
@@ -290,11 +309,16 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
     halves = 0
     packer: stored_message.Packer | None = None
     packed_as: tuple[str, int, int] | None = None
+    prepared_flag = header.sys_flag & TRANSACTION_BITS == PREPARED
+    cluster_pair = _cluster_property(broker.config.cluster)
     for message in outgoing:
         properties = message.properties
         topic, record_queue_id = config.name, queue_id
         sys_flag = header.sys_flag & ~0x30  # hosts are stored as IPv4 (C++ reads them so)
-        if is_half(properties, header.sys_flag):
+        plain = not prepared_flag and _plain(properties)
+        if plain:  # no half, delay, SOURCE, commit offset or CLUSTER: the looks below find none
+            properties += cluster_pair
+        elif is_half(properties, header.sys_flag):
             if batch:  # RocketMQ's CommitLog.asyncPutMessages refuses it too
                 raise SendRefused(
                     ResponseCode.MESSAGE_ILLEGAL,
@@ -323,8 +347,8 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
                     metas.append(encode_meta(op))
         else:
             properties = strip_half_offset(properties)
-        if props.find(properties, b"CLUSTER") is None:
-            properties += _cluster_property(broker.config.cluster)
+        if not plain and props.find(properties, CLUSTER_BYTES) is None:
+            properties += cluster_pair
         try:
             if packer is None or packed_as != (topic, record_queue_id, sys_flag):
                 packed_as = (topic, record_queue_id, sys_flag)  # a batch's messages: once
@@ -354,6 +378,13 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
             )
         records.append(record)
     return _Prepared(request, outgoing, metas, records, queue_id, halves)
+
+
+def _plain(properties: bytes) -> bool:
+    """Whether none of is_half, delays.needs_look, strip_half_offset and the CLUSTER lookup can
+    find anything in these properties (what most sends carry): one search for all their
+    markers, ~450 ns, not the four calls' ~1,400."""
+    return _SPECIAL_MARKER.search(properties) is None
 
 
 @functools.lru_cache(maxsize=16)
