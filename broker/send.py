@@ -48,6 +48,7 @@ from broker.transactions import (
     HALF_TOPIC,
     PREPARED,
     TRAN_MSG_BYTES,
+    TRANSACTION_BITS,
     half_properties,
     half_sys_flag,
     is_half,
@@ -72,7 +73,6 @@ log = logging.getLogger("broker.send")
 BATCH_HEAD = struct.Struct(">iiiii")
 INT16 = struct.Struct(">h")
 BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bounds one append
-TRANSACTION_BITS = 0xC  # sysFlag: 0x4 prepared (a half message), 0x8 commit, 0xC rollback
 CLUSTER_BYTES = props.CLUSTER.encode()
 # any of these in a send's properties: a transaction's half or commit, a delay, or a CLUSTER
 # the client set (_plain)

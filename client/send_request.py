@@ -51,7 +51,7 @@ def _properties(message: Message, uniq_key: str) -> tuple[dict[str, str], bytes]
     wire = message.wire_properties(uniq_key)
     try:
         return wire, props.encode(wire)
-    except (MessageFormatError, UnicodeEncodeError) as err:
+    except MessageFormatError as err:  # BadProperty (a lone surrogate too), PropertiesTooLong
         raise InvalidMessage("properties", str(err)) from err
 
 

@@ -64,6 +64,10 @@ def check(key: str, value: str) -> None:
     for text, what in ((key, "key"), (value, "value")):
         if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
             raise BadProperty(key, f"the {what} contains a separator (\\x01 or \\x02)")
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise BadProperty(key, f"the {what} is not UTF-8 text (a lone surrogate)") from None
 
 
 def encode(properties: dict[str, str]) -> bytes:
@@ -79,7 +83,12 @@ def encode(properties: dict[str, str]) -> bytes:
     ):
         for key, value in properties.items():
             check(key, value)  # which pair, and why
-    data = text.encode()
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: check names the pair
+        for key, value in properties.items():
+            check(key, value)
+        raise
     if len(data) > limits.PROPERTIES_BYTES_MAX:
         raise PropertiesTooLong(len(data), limits.PROPERTIES_BYTES_MAX)
     return data

@@ -331,6 +331,8 @@ async def test_invalid_messages_are_refused_before_sending() -> None:
             await p.send(Message("T", b""))
         with pytest.raises(InvalidMessage, match="properties"):
             await p.send(Message("T", b"x", properties={"k": "a\x01b"}))
+        with pytest.raises(InvalidMessage, match="surrogate"):  # it raised UnicodeEncodeError
+            await p.send(Message("T", b"x", properties={"k": "a\ud800"}))
         assert cluster.sends() == 0
 
 

@@ -67,6 +67,8 @@ def test_table_answers_what_find_answers(raw: bytes) -> None:
         ("k", "", "empty value"),
         ("k\x01", "v", "key contains a separator"),
         ("k", "v\x02w", "value contains a separator"),
+        ("k", "v\ud800", "lone surrogate"),
+        ("\udc00", "v", "lone surrogate"),
     ],
 )
 def test_bad_pairs_are_named(key: str, value: str, reason: str) -> None:
