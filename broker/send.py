@@ -317,7 +317,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
         sys_flag = header.sys_flag & ~0x30  # hosts are stored as IPv4 (C++ reads them so)
         plain = not prepared_flag and _plain(properties)
         if plain:  # no half, delay, SOURCE, commit offset or CLUSTER: the looks below find none
-            properties += cluster_pair
+            pass
         elif is_half(properties, header.sys_flag):
             if batch:  # RocketMQ's CommitLog.asyncPutMessages refuses it too
                 raise SendRefused(
@@ -347,7 +347,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
                     metas.append(encode_meta(op))
         else:
             properties = strip_half_offset(properties)
-        if not plain and props.find(properties, CLUSTER_BYTES) is None:
+        if plain or props.find(properties, CLUSTER_BYTES) is None:
             properties += cluster_pair
         try:
             if packer is None or packed_as != (topic, record_queue_id, sys_flag):

@@ -74,8 +74,13 @@ def encode(properties: dict[str, str]) -> bytes:
     """The stored form of `properties`: UTF-8, at most PROPERTIES_BYTES_MAX bytes."""
     text = "".join([f"{key}\x01{value}\x02" for key, value in properties.items()])
     pairs = len(properties)
-    if (  # every pair checked at once: a separator or an empty key or value shows in the text
-        text.count(NAME_VALUE_SEPARATOR) != pairs
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate somewhere
+        data = None
+    if (  # every pair checked at once: a separator, an empty key or value shows in the text
+        data is None  # and a pair that does not encode in the encoding
+        or text.count(NAME_VALUE_SEPARATOR) != pairs
         or text.count(PROPERTY_SEPARATOR) != pairs
         or "\x01\x02" in text
         or "\x02\x01" in text
@@ -83,12 +88,7 @@ def encode(properties: dict[str, str]) -> bytes:
     ):
         for key, value in properties.items():
             check(key, value)  # which pair, and why
-    try:
-        data = text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: check names the pair
-        for key, value in properties.items():
-            check(key, value)
-        raise
+    assert data is not None, "check refuses every pair that does not encode"
     if len(data) > limits.PROPERTIES_BYTES_MAX:
         raise PropertiesTooLong(len(data), limits.PROPERTIES_BYTES_MAX)
     return data
