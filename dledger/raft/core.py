@@ -423,6 +423,30 @@ class RaftCore:
         ):
             self._retry_prevote()
 
+    def quiet_ticks(self) -> int:
+        """How many Ticks from now will only count: no message, no role change, nothing for
+        the caller to do. The Tick after them may act. Exact for the state as it is; any
+        other step may change it. A node that idles sleeps through these and gives them to
+        the core at once when it wakes (Node._raft_loop), instead of waking every tick."""
+        cfg = self.cfg
+        if self.role is Role.LEADER:
+            lead = self.lead
+            assert lead is not None
+            due = min(
+                cfg.heartbeat_ticks - self.heartbeat_elapsed,
+                cfg.election_ticks_min - self.election_elapsed,  # the quorum check
+            )
+            if lead.transfer_target is not None:
+                due = min(due, cfg.transfer_ticks_max - lead.transfer_elapsed)
+            return max(due - 1, 0)
+        due = cfg.election_ticks_max  # a node that may not campaign: still woken now and then
+        if self._promotable():
+            due = min(due, self.randomized_timeout - self.election_elapsed)
+        if self.role is Role.PRE_CANDIDATE:
+            retry = cfg.prevote_retry_ticks
+            due = min(due, retry - self.election_elapsed % retry)
+        return max(due - 1, 0)
+
     def _retry_prevote(self) -> None:
         """Ask again those who refused or did not answer: a voter that refused because it
         still heard the leader may have lost it since (a dead leader's connections drop at

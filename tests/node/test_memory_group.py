@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from dledger import limits
-from dledger.node import PROPOSE
+from dledger.node import PROPOSE, TICK_DUE
 from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Tick
 from dledger.wire import Status
@@ -95,17 +95,20 @@ async def test_a_durability_report_is_not_held_back_by_a_full_inbox(
     assert waited_s < limits.MAINTENANCE_INTERVAL_S / 10, waited_s
 
 
-async def test_a_busy_raft_loop_ticks_itself_and_an_idle_one_is_woken_by_the_ticker(
+async def test_the_core_gets_a_tick_a_period_and_the_ticker_wakes_only_an_idle_loop_with_work(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One Tick per period either way. A loop woken by events more often than that takes its
-    ticks itself, and the ticker's deadline (a cancel and an exception unwound each time it
-    fires) does not fire; an idle loop gets every tick from the ticker."""
+    """One Tick per period whether the loop is busy or idle. A loop woken by events more often
+    than that takes its ticks itself, and the ticker's deadline (a cancel and an exception
+    unwound each time it fires) does not fire. An idle leader's loop is woken only for the
+    ticks that may act (its heartbeats, every 5th), and given the ticks it slept through."""
     async with memory_group(tmp_path, size=1) as group:
         node = group.nodes[await group.wait_for_leader()]
         period = node.config.tick_ms / 1000
+        heartbeat = node.core.cfg.heartbeat_ticks
+        assert heartbeat >= 3
         stepped: list[float] = []  # every Tick the core is given
-        from_ticker: list[float] = []  # those the ticker queued
+        woken: list[float] = []  # the ticker's wake-ups of the loop
         step, handle = node.core.step, node._handle
 
         def counting_step(event: object) -> Any:
@@ -114,8 +117,8 @@ async def test_a_busy_raft_loop_ticks_itself_and_an_idle_one_is_woken_by_the_tic
             return step(event)  # type: ignore[arg-type]
 
         async def counting_handle(event: object) -> None:
-            if isinstance(event, Tick):
-                from_ticker.append(trio.current_time())
+            if event is TICK_DUE:
+                woken.append(trio.current_time())
             await handle(event)
 
         monkeypatch.setattr(node.core, "step", counting_step)
@@ -132,6 +135,44 @@ async def test_a_busy_raft_loop_ticks_itself_and_an_idle_one_is_woken_by_the_tic
         return sum(lo <= t < hi for t in times)
 
     assert abs(within(stepped, busy_from, idle_from) - (idle_from - busy_from) / period) <= 2
-    assert within(from_ticker, busy_from + 2 * period, idle_from) <= 2  # ties in virtual time
+    assert within(woken, busy_from + 2 * period, idle_from) <= 2  # ties in virtual time
     assert abs(within(stepped, idle_from, idle_to) - 1.0 / period) <= 2
-    assert within(from_ticker, idle_from + 2 * period, idle_to) >= 1.0 / period - 4
+    per_heartbeat = 1.0 / (heartbeat * period)
+    assert per_heartbeat - 2 <= within(woken, idle_from + 2 * period, idle_to) <= per_heartbeat + 2
+
+
+async def test_an_idle_follower_is_woken_by_heartbeats_alone_and_still_times_out(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A follower that hears its leader's heartbeats never needs the ticker: each heartbeat
+    puts its election off. Once the leader goes silent (paused, no connection dropped), the
+    ticker wakes it when its election timeout runs out, and it campaigns within the timeout's
+    range, with every tick counted."""
+    async with memory_group(tmp_path) as group:
+        leader = await group.wait_for_leader()
+        follower = next(n for n in group.nodes if n != leader)
+        node = group.nodes[follower]
+        cfg = node.core.cfg
+        period = node.config.tick_ms / 1000
+        woken: list[float] = []
+        handle = node._handle
+
+        async def counting_handle(event: object) -> None:
+            if event is TICK_DUE:
+                woken.append(trio.current_time())
+            await handle(event)
+
+        node._handle = counting_handle  # type: ignore[method-assign]
+        await trio.sleep(2.0)
+        assert woken == []
+        assert node.core.leader == leader
+        term = node.core.term
+        silenced_at = trio.current_time()
+        group.network.cut_off(leader, [n for n in group.nodes if n != leader])
+        with trio.fail_after(cfg.election_ticks_max * period * 4):
+            while node.core.term == term and node.core.leader == leader:
+                await trio.sleep(period)
+        noticed_after_s = trio.current_time() - silenced_at
+    assert cfg.election_ticks_min * period * 0.8 <= noticed_after_s
+    assert noticed_after_s <= (cfg.election_ticks_max + 2) * period * 2
+    assert woken, "the ticker woke the follower for its election timeout"

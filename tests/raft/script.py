@@ -105,6 +105,7 @@ class Script:
         """Let the node's election timeout run out."""
         core = self.core(name)
         core.election_elapsed = core.randomized_timeout - 1
+        self.node(name).quiet = (None, 0)  # what the core said of its ticks no longer holds
         self.tick(name)
 
     def elect(self, name: str) -> None:

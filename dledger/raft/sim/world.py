@@ -19,6 +19,7 @@ from dledger.raft.config import RaftConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.entries import EntryId, NodeId
 from dledger.raft.events import (
+    NO_EFFECTS,
     ChangeMembership,
     Effects,
     Event,
@@ -128,6 +129,8 @@ class SimNode:
     checkpoint: int = 0  # the applied index last written to the checkpoint file
     incarnation: int = 0
     commit_seen: int = 0  # the commit index this incarnation last reported
+    # what the core said of the Ticks to come after its last step (RaftCore.quiet_ticks)
+    quiet: tuple[RaftCore | None, int] = (None, 0)
 
     @property
     def alive(self) -> bool:
@@ -284,8 +287,16 @@ class World:
 
     def feed(self, node: SimNode, event: Event | Message) -> None:
         assert node.core is not None
-        removed_before = node.core.removed_at
-        fx = node.core.step(event)
+        core, removed_before = node.core, node.core.removed_at
+        quiet_core, quiet = node.quiet
+        fx = core.step(event)
+        if quiet and quiet_core is core and isinstance(event, Tick):
+            # a Tick the core called quiet does nothing: a node may sleep through it
+            assert fx is NO_EFFECTS, (node.id, quiet, fx)
+            node.quiet = (core, quiet - 1)
+            self.stats["quiet tick"] += 1
+        else:
+            node.quiet = (core, core.quiet_ticks())
         self._perform(node, fx)
         if node.core.removed_at and not removed_before:
             self.stats["told removed"] += 1  # a voter removed while down learned of it
