@@ -228,6 +228,10 @@ def peer_figures() -> dict[str, Any]:
     return figures
 
 
+class PeerTimedOut(RuntimeError):
+    """A peer's script was stopped at PEER_RUN_TIMEOUT_S."""
+
+
 def run_peer(name: str, out: Path) -> dict[str, Any]:
     """One run of a peer's own benchmark script, now; its figures. The script installs what it
     is missing (as root) and stops its servers on exit; a failed run raises."""
@@ -238,9 +242,11 @@ def run_peer(name: str, out: Path) -> dict[str, Any]:
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as script_process:
+        timed_out = False
         try:
             output, _ = script_process.communicate(timeout=PEER_RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
+            timed_out = True
             # SIGTERM first: the peer scripts stop their own servers on it, not on SIGKILL
             script_process.terminate()
             try:
@@ -251,18 +257,36 @@ def run_peer(name: str, out: Path) -> dict[str, Any]:
     code = script_process.returncode
     if code != 0 or not out.exists():
         tail = "\n".join(output.splitlines()[-15:])
-        raise RuntimeError(f"peer {name} exited {code}:\n{tail}")
+        error = PeerTimedOut if timed_out else RuntimeError
+        raise error(f"peer {name} exited {code}:\n{tail}")
     return figures_of(json.loads(out.read_text()))
 
 
 def run_peer_or_record(name: str, out: Path) -> dict[str, Any]:
-    """run_peer, but a failed run is recorded (its error, no figures) instead of raised: a peer
-    script failing after our loads must not throw our figures away."""
-    try:
-        return run_peer(name, out)
-    except RuntimeError as err:
-        print(f"... peer {name} failed; recorded, the run goes on:\n{err}", flush=True)
-        return {"error": str(err)}
+    """run_peer, but a failed run is tried once more, and a second failure is recorded (its
+    error, no figures) instead of raised: a peer script failing after our loads must not
+    throw our figures away. The NATS script's cluster sometimes fails to start ("Duplicate
+    Route"); its next start usually works. A run stopped at its deadline is not tried again.
+    A figure from a second try says so (`first_try_error`)."""
+    first_error: str | None = None
+    for attempt in (1, 2):
+        try:
+            figures = run_peer(name, out)
+        except PeerTimedOut as err:
+            first_error = first_error or str(err)
+            break
+        except RuntimeError as err:
+            if first_error is None:
+                first_error = str(err)
+                print(f"... peer {name} failed; trying it once more:\n{err}", flush=True)
+                continue
+            print(f"... peer {name} failed again; recorded, the run goes on:\n{err}", flush=True)
+            return {"error": str(err), "first_try_error": first_error}
+        if attempt > 1:
+            figures["first_try_error"] = first_error
+        return figures
+    print(f"... peer {name} ran past its deadline; recorded, the run goes on", flush=True)
+    return {"error": first_error}
 
 
 def live_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
