@@ -2,26 +2,33 @@
 
 RocketMQ uses one type for both (RemotingCommand.java); so do we. Header fields of a given
 request are read and written through the classes in remoting/headers.py.
+
+A NamedTuple, not an attrs class: every request makes three (decoded, its response, the
+response under the request's opaque) on each side of a connection, and a tuple is built in a
+fifth of the time a frozen attrs instance takes (1.3 us against 0.3 here). Immutable all the
+same; `ext_fields` of a command built without them is an empty read-only mapping.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-import attrs
+from types import MappingProxyType
+from typing import NamedTuple
 
 from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, OUR_VERSION, ResponseCode, SerializeType
 
+NO_FIELDS: Mapping[str, str] = MappingProxyType({})
+OUR_LANGUAGE = "PYTHON"  # the LanguageCode name our commands carry
 
-@attrs.frozen
-class RemotingCommand:
+
+class RemotingCommand(NamedTuple):
     code: int  # a RequestCode in a request, a ResponseCode in a response
     opaque: int = 0  # chosen by the requester; the response carries the same
     flag: int = 0  # FLAG_RESPONSE, FLAG_ONEWAY
     remark: str = ""  # a sentence in error responses; "" in requests
-    ext_fields: Mapping[str, str] = attrs.field(factory=dict)  # header fields, values as text
+    ext_fields: Mapping[str, str] = NO_FIELDS  # header fields, values as text
     body: bytes = b""
-    language: str = "PYTHON"  # LanguageCode name; any text in a JSON header
+    language: str = OUR_LANGUAGE  # LanguageCode name; any text in a JSON header
     version: int = OUR_VERSION
     serialization: SerializeType = SerializeType.JSON  # of the header; answers use the request's
 
@@ -55,32 +62,38 @@ class RemotingCommand:
 
     def with_opaque(self, opaque: int, flag: int | None = None) -> RemotingCommand:
         """This command under another opaque (and flag): what a connection sends. Built
-        directly, as `attrs.evolve` costs several times more on every request and answer."""
-        return RemotingCommand(
-            self.code,
-            opaque,
-            self.flag if flag is None else flag,
-            self.remark,
-            self.ext_fields,
-            self.body,
-            self.language,
-            self.version,
-            self.serialization,
+        directly, as `_replace` costs several times more on every request and answer."""
+        return _new(
+            RemotingCommand,
+            (
+                self.code,
+                opaque,
+                self.flag if flag is None else flag,
+                self.remark,
+                self.ext_fields,
+                self.body,
+                self.language,
+                self.version,
+                self.serialization,
+            ),
         )
 
     def answering(self, request: RemotingCommand) -> RemotingCommand:
         """This response as the answer to `request`: its opaque and serialization, the
         response bit (whatever a handler built, the connection matches it so)."""
-        return RemotingCommand(
-            self.code,
-            request.opaque,
-            FLAG_RESPONSE,
-            self.remark,
-            self.ext_fields,
-            self.body,
-            self.language,
-            self.version,
-            request.serialization,
+        return _new(
+            RemotingCommand,
+            (
+                self.code,
+                request.opaque,
+                FLAG_RESPONSE,
+                self.remark,
+                self.ext_fields,
+                self.body,
+                self.language,
+                self.version,
+                request.serialization,
+            ),
         )
 
     def response(
@@ -92,12 +105,20 @@ class RemotingCommand:
     ) -> RemotingCommand:
         """The answer to this request: same opaque, same serialization, the response bit."""
         assert not self.is_response, "a response is not answered"
-        return RemotingCommand(
-            code=int(code),
-            opaque=self.opaque,
-            flag=FLAG_RESPONSE,
-            remark=remark,
-            ext_fields=dict(ext_fields or {}),
-            body=body,
-            serialization=self.serialization,
+        return _new(
+            RemotingCommand,
+            (
+                int(code),
+                self.opaque,
+                FLAG_RESPONSE,
+                remark,
+                dict(ext_fields) if ext_fields else {},
+                body,
+                OUR_LANGUAGE,
+                OUR_VERSION,
+                self.serialization,
+            ),
         )
+
+
+_new = tuple.__new__  # a RemotingCommand from its nine values, without NamedTuple's __new__

@@ -55,6 +55,8 @@ INT32 = struct.Struct(">i")
 UINT32 = struct.Struct(">I")  # the length and the header mark are read unsigned
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 HEADER_LEN_MASK = 0xFFFFFF
+OTHER_LANGUAGE = LanguageCode.OTHER.name
+_new = tuple.__new__  # a RemotingCommand from its nine values in field order, without kwargs
 
 
 def encode(command: RemotingCommand) -> bytes:
@@ -177,24 +179,41 @@ def _decode_json(header: bytes, body: bytes) -> RemotingCommand:
         obj = orjson.loads(header)
     except orjson.JSONDecodeError as err:  # also invalid UTF-8, NaN, nesting past 1024
         raise MalformedFrame(f"header is not JSON: {err}") from None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise MalformedFrame(f"JSON header is a {type(obj).__name__}, not an object")
-    remark = obj.get("remark")
-    if not isinstance(remark, str | None):
+    get = obj.get
+    remark, language = get("remark"), get("language")
+    if remark is not None and type(remark) is not str:
         raise MalformedFrame(f"remark is a {type(remark).__name__}, not text")
-    language = obj.get("language")
-    if not isinstance(language, str | None):
+    if language is not None and type(language) is not str:
         raise MalformedFrame(f"language is a {type(language).__name__}, not text")
-    return RemotingCommand(
-        code=_int32(obj, "code", required=True),
-        opaque=_int32(obj, "opaque", required=True),
-        flag=_int32(obj, "flag"),
-        version=_int32(obj, "version"),
-        language=language or LanguageCode.OTHER.name,
-        remark=remark or "",
-        ext_fields=_ext_fields_from_json(obj.get("extFields")),
-        body=body,
-        serialization=SerializeType.JSON,
+    code, opaque, flag, version = get("code"), get("opaque"), get("flag", 0), get("version", 0)
+    # the usual case checked inline; `_int32` names whichever is not a 32-bit integer
+    if not (
+        type(code) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and type(version) is int
+        and INT32_MIN <= code <= INT32_MAX
+        and INT32_MIN <= opaque <= INT32_MAX
+        and INT32_MIN <= flag <= INT32_MAX
+        and INT32_MIN <= version <= INT32_MAX
+    ):
+        code, opaque = _int32(obj, "code", required=True), _int32(obj, "opaque", required=True)
+        flag, version = _int32(obj, "flag"), _int32(obj, "version")
+    return _new(
+        RemotingCommand,
+        (
+            code,
+            opaque,
+            flag,
+            remark or "",
+            _ext_fields_from_json(get("extFields")),
+            body,
+            language or OTHER_LANGUAGE,
+            version,
+            SerializeType.JSON,
+        ),
     )
 
 

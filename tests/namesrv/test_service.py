@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import zlib
 
-import attrs
 import trio
 import trio.testing
 
@@ -109,19 +108,19 @@ async def test_bad_registrations_answered() -> None:
     _, server = new_server()
     async with served(server) as conn:
         good = register_request(A, 0)
-        no_name = attrs.evolve(
-            good, ext_fields={k: v for k, v in good.ext_fields.items() if k != "brokerName"}
+        no_name = good._replace(
+            ext_fields={k: v for k, v in good.ext_fields.items() if k != "brokerName"}
         )
         answer = await conn.request(no_name)
         assert answer.code == ResponseCode.SYSTEM_ERROR and "'brokerName' missing" in answer.remark
-        garbage = await conn.request(attrs.evolve(good, body=b"{not json"))
+        garbage = await conn.request(good._replace(body=b"{not json"))
         assert garbage.code == ResponseCode.SYSTEM_ERROR and "not JSON" in garbage.remark
-        wrong_crc = attrs.evolve(good, ext_fields={**good.ext_fields, "bodyCrc32": "1"})
+        wrong_crc = good._replace(ext_fields={**good.ext_fields, "bodyCrc32": "1"})
         assert (await conn.request(wrong_crc)).remark == "crc32 not match"
         crc = str(zlib.crc32(good.body) & 0x7FFFFFFF)
-        right_crc = attrs.evolve(good, ext_fields={**good.ext_fields, "bodyCrc32": crc})
+        right_crc = good._replace(ext_fields={**good.ext_fields, "bodyCrc32": crc})
         assert (await conn.request(right_crc)).code == ResponseCode.SUCCESS
-        compressed = attrs.evolve(good, ext_fields={**good.ext_fields, "compressed": "true"})
+        compressed = good._replace(ext_fields={**good.ext_fields, "compressed": "true"})
         assert "compressed" in (await conn.request(compressed)).remark
         unknown = await conn.request(RemotingCommand.request(RequestCode.PULL_MESSAGE))
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED

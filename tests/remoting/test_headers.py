@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from remoting import headers as headers_module
 from remoting.errors import HeaderFieldError
 from remoting.headers import (
+    Header,
     PullMessageRequestHeader,
     RegisterBrokerRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
+    _parse,
 )
 
 CPP_SEND = {
@@ -115,3 +119,69 @@ class TestEncode:
             raft_term=term,
         )
         assert RegisterBrokerRequestHeader.decode(reg.encode()) == reg
+
+
+def _reference_decode(cls: type[Header], ext: dict[str, object], short_names: bool) -> Header:
+    """The plain loop the generated decoders replaced (remoting/headers.py `_compile_decoder`):
+    every field in declaration order, text through unchanged, the rest through `_parse`."""
+    values: dict[str, object] = {}
+    for f in attrs.fields(cls):
+        wire = f.metadata["v2"] if short_names and f.metadata["v2"] else f.metadata["wire"]
+        raw = ext.get(wire)
+        if raw is None:
+            if f.default is attrs.NOTHING:
+                raise HeaderFieldError(cls.__name__, wire, "missing")
+            continue
+        values[f.name] = _parse(cls.__name__, wire, f.metadata["kind"], raw)
+    return cls(**values)
+
+
+HEADER_CLASSES = sorted(
+    (
+        c
+        for c in vars(headers_module).values()
+        if isinstance(c, type) and issubclass(c, Header) and attrs.has(c)
+    ),
+    key=lambda c: c.__name__,
+)
+WIRE_VALUES = st.one_of(
+    st.none(),
+    st.text(max_size=6),
+    st.sampled_from(["0", "7", "-3", "+4", "007", "true", "false", "TRUE", "1", "x", "", "1e3"]),
+    st.integers(min_value=-(1 << 70), max_value=1 << 70).map(str),
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@given(data=st.data())
+def test_a_generated_decoder_reads_what_the_plain_loop_reads(data: st.DataObject) -> None:
+    """For every header class and both name sets: the same header, or the same field named
+    with the same reason, whatever mix of text, numbers and junk the extFields hold."""
+    cls = data.draw(st.sampled_from(HEADER_CLASSES))
+    short_names = data.draw(st.booleans())
+    wires = [
+        f.metadata["v2"] if short_names and f.metadata["v2"] else f.metadata["wire"]
+        for f in attrs.fields(cls)
+    ]
+    ext = {wire: data.draw(WIRE_VALUES) for wire in wires if data.draw(st.integers(0, 9))}
+    ext = {k: v for k, v in ext.items() if v is not None or data.draw(st.booleans())}
+    try:
+        expected: Header | HeaderFieldError = _reference_decode(cls, ext, short_names)
+    except HeaderFieldError as err:
+        expected = err
+    try:
+        got: Header | HeaderFieldError = cls.decode(ext, short_names=short_names)
+    except HeaderFieldError as err:
+        got = err
+    if isinstance(expected, HeaderFieldError):
+        assert isinstance(got, HeaderFieldError), (ext, got)
+        assert (got.header, got.field, got.reason) == (
+            expected.header,
+            expected.field,
+            expected.reason,
+        )
+    else:
+        assert got == expected, ext
