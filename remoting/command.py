@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, OUR_VERSION, ResponseCode, SerializeType
+from remoting.stored_message import new_tuple  # built from nine values, no __new__ in Python
 
 NO_FIELDS: Mapping[str, str] = MappingProxyType({})
 OUR_LANGUAGE = "PYTHON"  # the LanguageCode name our commands carry
@@ -62,8 +63,8 @@ class RemotingCommand(NamedTuple):
 
     def with_opaque(self, opaque: int, flag: int | None = None) -> RemotingCommand:
         """This command under another opaque (and flag): what a connection sends. Built
-        directly, as `_replace` costs several times more on every request and answer."""
-        return _new(
+        directly (`new_tuple`), as `_replace` costs several times more on every request and answer."""
+        return new_tuple(
             RemotingCommand,
             (
                 self.code,
@@ -81,7 +82,7 @@ class RemotingCommand(NamedTuple):
     def answering(self, request: RemotingCommand) -> RemotingCommand:
         """This response as the answer to `request`: its opaque and serialization, the
         response bit (whatever a handler built, the connection matches it so)."""
-        return _new(
+        return new_tuple(
             RemotingCommand,
             (
                 self.code,
@@ -105,7 +106,7 @@ class RemotingCommand(NamedTuple):
     ) -> RemotingCommand:
         """The answer to this request: same opaque, same serialization, the response bit."""
         assert not self.is_response, "a response is not answered"
-        return _new(
+        return new_tuple(
             RemotingCommand,
             (
                 int(code),
@@ -119,6 +120,3 @@ class RemotingCommand(NamedTuple):
                 self.serialization,
             ),
         )
-
-
-_new = tuple.__new__  # a RemotingCommand from its nine values, without NamedTuple's __new__

@@ -43,6 +43,7 @@ from remoting import limits
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import FrameTooLarge, MalformedFrame
+from remoting.stored_message import new_tuple
 
 __all__ = ["FrameDecoder", "RemotingCommand", "decode_header", "encode", "encode_header"]
 
@@ -56,7 +57,6 @@ UINT32 = struct.Struct(">I")  # the length and the header mark are read unsigned
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 HEADER_LEN_MASK = 0xFFFFFF
 OTHER_LANGUAGE = LanguageCode.OTHER.name
-_new = tuple.__new__  # a RemotingCommand from its nine values in field order, without kwargs
 
 
 def encode(command: RemotingCommand) -> bytes:
@@ -201,7 +201,7 @@ def _decode_json(header: bytes, body: bytes) -> RemotingCommand:
     ):
         code, opaque = _int32(obj, "code", required=True), _int32(obj, "opaque", required=True)
         flag, version = _int32(obj, "flag"), _int32(obj, "version")
-    return _new(
+    return new_tuple(
         RemotingCommand,
         (
             code,
