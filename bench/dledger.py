@@ -268,25 +268,21 @@ def run_peer_or_record(name: str, out: Path) -> dict[str, Any]:
     throw our figures away. The NATS script's cluster sometimes fails to start ("Duplicate
     Route"); its next start usually works. A run stopped at its deadline is not tried again.
     A figure from a second try says so (`first_try_error`)."""
-    first_error: str | None = None
-    for attempt in (1, 2):
-        try:
-            figures = run_peer(name, out)
-        except PeerTimedOut as err:
-            first_error = first_error or str(err)
-            break
-        except RuntimeError as err:
-            if first_error is None:
-                first_error = str(err)
-                print(f"... peer {name} failed; trying it once more:\n{err}", flush=True)
-                continue
-            print(f"... peer {name} failed again; recorded, the run goes on:\n{err}", flush=True)
-            return {"error": str(err), "first_try_error": first_error}
-        if attempt > 1:
-            figures["first_try_error"] = first_error
-        return figures
-    print(f"... peer {name} ran past its deadline; recorded, the run goes on", flush=True)
-    return {"error": first_error}
+    try:
+        return run_peer(name, out)
+    except PeerTimedOut as err:
+        print(f"... peer {name} ran past its deadline; recorded, the run goes on", flush=True)
+        return {"error": str(err)}
+    except RuntimeError as err:
+        first_error = str(err)
+        print(f"... peer {name} failed; trying it once more:\n{err}", flush=True)
+    try:
+        figures = run_peer(name, out)
+    except RuntimeError as err:
+        print(f"... peer {name} failed again; recorded, the run goes on:\n{err}", flush=True)
+        return {"error": str(err), "first_try_error": first_error}
+    figures["first_try_error"] = first_error
+    return figures
 
 
 def live_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
