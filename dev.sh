@@ -11,10 +11,14 @@ VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
 
 install_system() {
-    # iptables and iproute2 for chaos partitions; a JDK 17 for the Spark audit.
+    # iptables and iproute2 for chaos partitions; a JDK 17 for the Spark audit; gcc.
     local missing=()
     command -v ip >/dev/null || missing+=(iproute2)
     command -v iptables >/dev/null || missing+=(iptables)
+    # a C compiler and Python's headers for the dispatcher's C half (setup.py, broker/native.py)
+    command -v cc >/dev/null || missing+=(gcc)
+    python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+        || missing+=(python3-dev)
     if ! command -v java >/dev/null || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])'; then
         missing+=(openjdk-17-jre-headless)
     fi

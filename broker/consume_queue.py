@@ -168,6 +168,30 @@ class ConsumeQueue:
         self._any_start = False
         self._unsynced = True
 
+    def append_units(self, queue_offset: int, units: bytes) -> None:
+        """`append` for each unit of `units` (packed as UNIT), of consecutive queue offsets from
+        `queue_offset` on: one slice written per file instead of a pack per unit."""
+        count = len(units) // UNIT.size
+        done = 0
+        if count and queue_offset != self._max:  # the first one by append, which checks it
+            self.append(queue_offset, *UNIT.unpack_from(units, 0))
+            done = 1
+        while done < count:
+            offset = queue_offset + done
+            write = self._write
+            index = offset - self._write_start
+            if write is None or not 0 <= index < self.units_per_file:
+                write = self._roll(offset - offset % self.units_per_file)
+                index = offset - self._write_start
+            step = min(count - done, self.units_per_file - index)
+            write[index * UNIT.size : (index + step) * UNIT.size] = units[
+                done * UNIT.size : (done + step) * UNIT.size
+            ]
+            done += step
+            self._max = offset + step
+            self._any_start = False
+            self._unsynced = True
+
     def _roll(self, start: int) -> mmap.mmap:
         assert not self._starts or start == self._starts[-1] + self.units_per_file, start
         if self._write is not None:

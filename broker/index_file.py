@@ -32,6 +32,7 @@ from pathlib import Path
 
 from broker import limits, mapped_file
 from broker.errors import CorruptIndexFile
+from broker.native import native
 from remoting import properties as props
 from remoting import stored_message
 from remoting.tag_hash import index_key_hash, index_key_hash_utf8
@@ -65,6 +66,16 @@ TIME_DIFF_MAX_S = (1 << 31) - 1
 TRANSACTION_TYPE_MASK = 0xC  # sys_flag bits 2-3: 0 none, 4 prepared, 8 commit, 12 rollback
 TRANSACTION_ROLLBACK = 0xC
 TIMESTAMP_MAX_MS = (1 << 63) - 1
+
+
+# an item of `dispatch_native.scan`, native byte order: key hash, the message's item count on its
+# first item (else 0), physical offset, store timestamp
+NATIVE_ITEM = struct.Struct("=IIqq")
+ITEM_BYTES = NATIVE_ITEM.size
+
+
+def _item_physical_offset(items: bytes, at: int) -> int:
+    return int(NATIVE_ITEM.unpack_from(items, at * ITEM_BYTES)[2])
 
 
 def file_bytes(slot_count: int, item_count: int) -> int:
@@ -165,6 +176,35 @@ class IndexFile:
         self.index_count = number + 1
         self.end_phy_offset = physical_offset
         self.end_timestamp_ms = store_timestamp_ms
+
+    def put_items(self, items: bytes, at: int) -> int:
+        """Put the items of whole messages from item `at` of `items` (the format of
+        `dispatch_native.scan`), as `put` would one by one, skipping replays; returns the item
+        at which it stopped: the end, or the first message that does not fit."""
+        assert native is not None
+        (
+            at,
+            self.index_count,
+            self.hash_slot_count,
+            self.begin_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_timestamp_ms,
+            self.end_phy_offset,
+            _,
+        ) = native.index_put(
+            self._mm,
+            items,
+            at,
+            self.slot_count,
+            self.item_count,
+            self.index_count,
+            self.hash_slot_count,
+            self.begin_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_timestamp_ms,
+            self.end_phy_offset,
+        )
+        return at
 
     def write_header(self) -> None:
         """The counts and bounds into the file's header (IndexStore.write_header says when)."""
@@ -303,6 +343,26 @@ class IndexStore:
         if not dirty or dirty[-1] is not last:
             dirty.append(last)
         return len(key_hashes)
+
+    def put_items(self, items: bytes) -> None:
+        """Index messages from their items as `dispatch_native.scan` gives them: what
+        `index_fields` does for each message, rolling files where a message does not fit."""
+        total = len(items) // ITEM_BYTES
+        at = 0
+        while at < total:
+            files = self._files
+            if not files:
+                self._create(_item_physical_offset(items, at))
+            last = self._files[-1]
+            count = last.index_count
+            stopped = last.put_items(items, at)
+            if last.index_count != count:
+                dirty = self._dirty
+                if not dirty or dirty[-1] is not last:
+                    dirty.append(last)
+            if stopped < total:  # that message does not fit: a new file from it on
+                self._create(_item_physical_offset(items, stopped))
+            at = stopped
 
     def index_record(self, buf: stored_message.Buffer, at: int = 0) -> int:
         """Index the stored message at `at` of `buf` (the rebuild's path)."""

@@ -40,6 +40,7 @@ from broker.delays import SCHEDULE_TOPICS, SOURCE_BYTES, Source, due_of
 from broker.entries import EntryType, decode_meta, entry_type, void_entry
 from broker.index_file import INDEX_DIR, IndexFile, IndexStore
 from broker.metadata import Metadata
+from broker.native import native
 from broker.schedule_progress import DeliveryProgress
 from broker.shaped_once import ShapedOnce
 from broker.transaction_progress import HOW_COMMIT, TXN_END, TXN_END_BYTES, TransactionProgress
@@ -75,6 +76,10 @@ TOPIC_OPS = frozenset(
 
 QueueKey = tuple[str, int]
 HALF_QUEUE: QueueKey = (HALF_TOPIC, HALF_QUEUE_ID)
+# what the C half of the dispatcher leaves to `_dispatch`: messages of these topics, and
+# messages with these properties
+NATIVE_SPECIAL_TOPICS = tuple(sorted(topic.encode() for topic in (*SCHEDULE_TOPICS, HALF_TOPIC)))
+NATIVE_STOP_KEYS = (SOURCE_BYTES, HALF_OFFSET_BYTES)
 
 
 @attrs.frozen
@@ -127,6 +132,8 @@ class BrokerState:
         # the very record object the applier then gets (the log hands back what was appended);
         # emptied as applied, and dropped on a role change or a refused proposal.
         self._shaped_reads: dict[int, tuple[bytes, DispatchRead]] = {}
+        # the C half of the dispatcher (broker/native.py), None for the Python one alone
+        self._native = native
         # records this leader's send handlers packed (broker/send.py), by id, with the fields
         # they were packed from: what shape would read of each (`note_packed`)
         self._packed: dict[int, tuple[bytes, DispatchRead]] = {}
@@ -294,14 +301,24 @@ class BrokerState:
         # locals, not attribute lookups, in the loop every message of every replica passes
         kinds, payloads, dispatch = batch.kinds, batch.payloads, self._dispatch
         data, message = EntryKind.DATA, EntryType.MESSAGE
-        for k in range(max(skip, 0), len(payloads)):
+        plain = self._dispatch_plain if self._native is not None else None
+        count = len(payloads)
+        k = max(skip, 0)
+        while k < count:
+            if plain is not None:  # the usual messages from k on, in C; then the one it left
+                if positions is None and kinds[k] == data and entry_type(payloads[k]) is message:
+                    positions = self.store.positions(first, first + count - 1)
+                k = plain(k, positions, kinds, payloads)
+                if k >= count:
+                    break
             if kinds[k] != data:
+                k += 1
                 continue
             body = payloads[k]
             kind = entry_type(body)
             if kind is message:
                 if positions is None:
-                    positions = self.store.positions(first, first + len(payloads) - 1)
+                    positions = self.store.positions(first, first + count - 1)
                 dispatch(first + k, positions[k] + HEADER_BYTES, body)
             elif kind is EntryType.META:
                 op = decode_meta(body)
@@ -313,6 +330,7 @@ class BrokerState:
                         topics_changed = True
             else:
                 log.error("index %d: an entry that is neither message nor metadata", first + k)
+            k += 1
         self.index.write_header()  # once per batch, not per message (IndexStore.write_header)
         self.applied_index = max(self.applied_index, first + len(batch.payloads) - 1)
         if batch.terms:
@@ -348,6 +366,41 @@ class BrokerState:
         self.metadata.apply(op)
         if not self.metadata_complete and len(self._ops_since_start) < PENDING_OPS_MAX:
             self._ops_since_start.append((index, op))
+
+    def _dispatch_plain(
+        self,
+        start: int,
+        positions: list[int] | None,
+        kinds: Sequence[int],
+        payloads: Sequence[bytes],
+    ) -> int:
+        """What `_dispatch` does for each usual message of a batch from `start` on (a plain
+        topic, no delivery or transaction property, ASCII tags and keys), done by the C half
+        (broker/dispatch_native.c) up to the first entry that is anything else, which it
+        returns for the caller to apply here (or the batch's length). Without `positions` (not
+        read for a batch that held no message before `start`) it stops at the first message."""
+        assert self._native is not None
+        stop, runs, items = self._native.scan(
+            payloads if type(payloads) is list else list(payloads),
+            positions,
+            kinds if type(kinds) is list else list(kinds),
+            EntryKind.DATA.value,
+            start,
+            HEADER_BYTES,
+            NATIVE_SPECIAL_TOPICS,
+            NATIVE_STOP_KEYS,
+            self.index.item_count,
+        )
+        queue, arrivals = self.queues.queue, self._arrivals
+        for topic, queue_id, queue_offset, units in runs:
+            queue(topic, queue_id).append_units(queue_offset, units)
+            if arrivals:  # a long-polled pull waits on some queue
+                event = arrivals.pop((topic, queue_id), None)
+                if event is not None:
+                    event.set()
+        if items:
+            self.index.put_items(items)
+        return int(stop)
 
     def _dispatch(self, index: int, physical_offset: int, body: bytes) -> None:
         shaped = self._shaped_reads.pop(index, None) if self._shaped_reads else None
@@ -428,6 +481,7 @@ class BrokerState:
         last_shape: list[QueueKey] = []
         self._last_shape = last_shape
         next_offsets, reads = self._next_offsets, self._shaped_reads
+        keep_reads = self._native is None  # the C half reads a record faster than a dict holds it
         if len(reads) > RECENT_SENDS_MAX:  # the applier far behind: it reads those itself
             reads.clear()
         once = self._once
@@ -472,10 +526,18 @@ class BrokerState:
             placed.append((index, new_tuple(Placed, (queue_id, offset, physical_offset))))
             proposed = bytes(record)
             shaped.append(proposed)
-            reads[index] = (
-                proposed,
-                (size, queue_id, offset, physical_offset, sys_flag, store_ms, topic, properties),
-            )
+            if keep_reads:
+                read = (
+                    size,
+                    queue_id,
+                    offset,
+                    physical_offset,
+                    sys_flag,
+                    store_ms,
+                    topic,
+                    properties,
+                )
+                reads[index] = (proposed, read)
         self.remember_shaped(placed)
         return shaped
 

@@ -1,0 +1,455 @@
+/* broker._dispatch_native: the dispatcher's per-message loop for the usual message, in C.
+ *
+ * Every replica reads every message it applies: the stored-message record's fixed fields, its
+ * topic and properties (TAGS, KEYS, UNIQ_KEY), the Java hashes of the tag and of the index keys,
+ * then writes one ConsumeQueue unit and an IndexFile item per key. In Python that loop was about
+ * half of a follower's CPU per message (docs/decisions.md, "The dispatcher's loop in C"). Two
+ * functions do it here; broker/state.py and broker/index_file.py call them and keep everything
+ * else (files, rolls, events, the unusual message) in Python:
+ *
+ *   scan(payloads, positions, kinds, data_kind, start, header_bytes, special_topics,
+ *        stop_keys, items_max) -> (stop, runs, items)
+ *
+ *     Reads entries start, start+1, ... of an applied batch while each is a message the
+ *     Python dispatcher would treat as plain: an entry of kind `data_kind` that is skipped, or
+ *     a V1 record with IPv4 hosts whose size, lengths and physical offset hold, an ASCII topic
+ *     of RocketMQ's topic characters that is not one of `special_topics`, a non-negative queue
+ *     id, properties with none of `stop_keys`, an ASCII TAGS, and ASCII index keys, fewer than
+ *     `items_max` of them. It stops at the first entry that is anything else (`stop`; the
+ *     caller dispatches that one in Python and calls again after it) or at the end.
+ *     `runs`: [(topic, queue_id, first_queue_offset, units)], the ConsumeQueue units (20 bytes
+ *     each, big-endian physical offset, size, tag hash) of consecutive queue offsets of one
+ *     queue, in the order the queues first appear. A message whose queue offset does not
+ *     follow its queue's run in this scan stops the scan, so every run is contiguous.
+ *     `items`: the IndexFile items in message order, ITEM_BYTES each (native byte order):
+ *     key hash (u32), the message's item count on its first item and 0 on the others (u32),
+ *     physical offset (i64), store timestamp (i64).
+ *
+ *   index_put(mm, items, at, slot_count, item_count, index_count, hash_slot_count,
+ *             begin_timestamp, begin_phy_offset, end_timestamp, end_phy_offset)
+ *     -> (at, index_count, hash_slot_count, begin_timestamp, begin_phy_offset,
+ *         end_timestamp, end_phy_offset, put)
+ *
+ *     Puts the items of whole messages from item `at` on into one mapped IndexFile as
+ *     IndexFile.put does, skipping a message at or before end_phy_offset (a replay) and
+ *     stopping at a message that does not fit (the caller rolls a new file and calls again).
+ *
+ * The Python dispatcher remains the definition: tests/broker/test_dispatch_native.py holds the
+ * files both write to be the same bytes for arbitrary batches.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAGIC_V1 0xDAA320A7u
+#define FIXED_V4 88 /* the fixed fields of a V1 record with IPv4 hosts */
+#define UNIT_BYTES 20
+#define ITEM_BYTES 24
+#define INDEX_HEADER_BYTES 40
+#define INDEX_SLOT_BYTES 4
+#define INDEX_ITEM_BYTES 20
+#define TIME_DIFF_MAX 2147483647LL
+#define TRANSACTION_TYPE_MASK 0xC
+#define TRANSACTION_ROLLBACK 0xC
+#define TOPIC_MAX 127
+
+typedef struct {
+    uint32_t key_hash;
+    uint32_t count; /* the message's item count on its first item, else 0 */
+    int64_t physical_offset;
+    int64_t store_timestamp;
+} Item;
+
+static uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+static void put_be32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static void put_be64(unsigned char *p, uint64_t v) {
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* Java's String.hashCode of ASCII text, continued from h (one UTF-16 unit per byte). */
+static uint32_t java_hash(uint32_t h, const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) h = 31u * h + p[i];
+    return h;
+}
+
+static int is_ascii(const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] & 0x80) return 0;
+    return 1;
+}
+
+static int topic_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '%' || c == '|' || c == '_' || c == '-';
+}
+
+/* IndexFile.indexKeyHashMethod: abs of the signed hash, 0 for Integer.MIN_VALUE. */
+static uint32_t index_key_hash(uint32_t h) {
+    int32_t s = (int32_t)h;
+    if (h == 0x80000000u) return 0;
+    return (uint32_t)(s < 0 ? -s : s);
+}
+
+typedef struct {
+    const unsigned char *topic;
+    Py_ssize_t topic_length;
+    long queue_id;
+    int64_t first_offset;
+    int64_t next_offset;
+    unsigned char *units;
+    Py_ssize_t count, capacity;
+} Run;
+
+typedef struct {
+    Run *runs;
+    Py_ssize_t count, capacity;
+    Item *items;
+    Py_ssize_t item_count, item_capacity;
+} ScanOut;
+
+static void scan_out_free(ScanOut *out) {
+    for (Py_ssize_t i = 0; i < out->count; i++) PyMem_Free(out->runs[i].units);
+    PyMem_Free(out->runs);
+    PyMem_Free(out->items);
+}
+
+/* One properties pair's value, the last occurrence winning (remoting.properties.table). */
+typedef struct {
+    const unsigned char *value;
+    Py_ssize_t length;
+    int present;
+} Found;
+
+static int key_is(const unsigned char *key, Py_ssize_t n, const char *name) {
+    size_t len = strlen(name);
+    return (size_t)n == len && memcmp(key, name, len) == 0;
+}
+
+static int grow(void **buffer, Py_ssize_t *capacity, Py_ssize_t need, size_t size) {
+    if (need <= *capacity) return 0;
+    Py_ssize_t capacity_new = *capacity ? *capacity : 16;
+    while (capacity_new < need) capacity_new *= 2;
+    void *grown = PyMem_Realloc(*buffer, (size_t)capacity_new * size);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buffer = grown;
+    *capacity = capacity_new;
+    return 0;
+}
+
+/* The hashes of a message's index keys (topic#UNIQ_KEY, then topic#k for each KEYS entry):
+ * how many, or -1 when the message is not plain (non-ASCII, or items_max or more keys). */
+static Py_ssize_t key_hashes(const unsigned char *topic, Py_ssize_t topic_length,
+                             Found *uniq, Found *keys, uint32_t *hashes, Py_ssize_t items_max) {
+    uint32_t prefix = java_hash(java_hash(0, topic, topic_length), (const unsigned char *)"#", 1);
+    Py_ssize_t n = 0;
+    if (uniq->present && uniq->length > 0) {
+        if (!is_ascii(uniq->value, uniq->length)) return -1;
+        hashes[n++] = index_key_hash(java_hash(prefix, uniq->value, uniq->length));
+    }
+    if (keys->present && keys->length > 0) {
+        if (!is_ascii(keys->value, keys->length)) return -1;
+        const unsigned char *p = keys->value, *end = keys->value + keys->length;
+        while (p < end) {
+            const unsigned char *space = memchr(p, ' ', (size_t)(end - p));
+            const unsigned char *stop = space ? space : end;
+            if (stop > p) {
+                if (n + 1 >= items_max) return -1;
+                hashes[n++] = index_key_hash(java_hash(prefix, p, stop - p));
+            }
+            p = stop + 1;
+        }
+    }
+    if (n >= items_max) return -1;
+    return n;
+}
+
+#define HASHES_MAX 256 /* more keys than this in one message: the Python path */
+
+static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *payloads, *positions, *kinds, *special_topics, *stop_keys;
+    long data_kind;
+    Py_ssize_t start, items_max;
+    long long header_bytes;
+    if (!PyArg_ParseTuple(args, "O!OO!lnLO!O!n", &PyList_Type, &payloads, &positions,
+                          &PyList_Type, &kinds, &data_kind, &start, &header_bytes, &PyTuple_Type,
+                          &special_topics, &PyTuple_Type, &stop_keys, &items_max))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(payloads);
+    if (PyList_GET_SIZE(kinds) != n) {
+        PyErr_SetString(PyExc_ValueError, "kinds and payloads differ in length");
+        return NULL;
+    }
+    if (items_max > HASHES_MAX) items_max = HASHES_MAX;
+    ScanOut out = {0};
+    uint32_t hashes[HASHES_MAX];
+    Py_ssize_t k = start < 0 ? 0 : start;
+    for (; k < n; k++) {
+        PyObject *kind = PyList_GET_ITEM(kinds, k);
+        long kind_value = PyLong_AsLong(kind);
+        if (kind_value == -1 && PyErr_Occurred()) goto fail;
+        if (kind_value != data_kind) continue; /* the dispatcher skips what is not DATA */
+        PyObject *payload = PyList_GET_ITEM(payloads, k);
+        if (!PyBytes_CheckExact(payload)) break;
+        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(payload);
+        Py_ssize_t length = PyBytes_GET_SIZE(payload);
+        if (length < FIXED_V4 + 3) break;
+        int32_t size = (int32_t)be32(b);
+        if (size != length || be32(b + 4) != MAGIC_V1) break;
+        int32_t sys_flag = (int32_t)be32(b + 36);
+        if (sys_flag & 0x30) break; /* IPv6 hosts */
+        int32_t body_length = (int32_t)be32(b + 84);
+        if (body_length < 0 || (int64_t)FIXED_V4 + body_length + 3 > size) break;
+        Py_ssize_t topic_at = FIXED_V4 + body_length + 1;
+        Py_ssize_t topic_length = b[FIXED_V4 + body_length];
+        Py_ssize_t props_at = topic_at + topic_length;
+        if (props_at + 2 > size) break;
+        int16_t props_length = (int16_t)((b[props_at] << 8) | b[props_at + 1]);
+        if (props_length < 0 || props_at + 2 + props_length != size) break;
+        const unsigned char *topic = b + topic_at;
+        if (topic_length < 1 || topic_length > TOPIC_MAX) break;
+        int plain_topic = 1;
+        for (Py_ssize_t i = 0; i < topic_length; i++)
+            if (!topic_char(topic[i])) plain_topic = 0;
+        if (!plain_topic) break;
+        int special = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(special_topics); i++) {
+            PyObject *name = PyTuple_GET_ITEM(special_topics, i);
+            if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == topic_length &&
+                memcmp(PyBytes_AS_STRING(name), topic, (size_t)topic_length) == 0)
+                special = 1;
+        }
+        if (special) break;
+        long queue_id = (long)(int32_t)be32(b + 12);
+        if (queue_id < 0) break;
+        int64_t queue_offset = (int64_t)be64(b + 20);
+        int64_t physical_offset = (int64_t)be64(b + 28);
+        PyObject *position = PyList_Check(positions) && k < PyList_GET_SIZE(positions)
+                                 ? PyList_GET_ITEM(positions, k)
+                                 : NULL;
+        if (position == NULL) break;
+        long long entry_position = PyLong_AsLongLong(position);
+        if (entry_position == -1 && PyErr_Occurred()) goto fail;
+        if (physical_offset != entry_position + header_bytes || physical_offset < 0) break;
+        int64_t store_timestamp = (int64_t)be64(b + 56);
+
+        Found tags = {0}, keys = {0}, uniq = {0};
+        const unsigned char *p = b + props_at + 2, *end = p + props_length;
+        int stop = 0;
+        while (p <= end && !stop) { /* pairs as bytes.split(b"\x02") gives them */
+            const unsigned char *sep = memchr(p, 2, (size_t)(end - p));
+            const unsigned char *pair_end = sep ? sep : end;
+            const unsigned char *eq = memchr(p, 1, (size_t)(pair_end - p));
+            if (eq != NULL) {
+                Py_ssize_t key_length = eq - p;
+                Found value = {eq + 1, pair_end - eq - 1, 1};
+                if (key_is(p, key_length, "TAGS"))
+                    tags = value;
+                else if (key_is(p, key_length, "KEYS"))
+                    keys = value;
+                else if (key_is(p, key_length, "UNIQ_KEY"))
+                    uniq = value;
+                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stop_keys); i++) {
+                    PyObject *name = PyTuple_GET_ITEM(stop_keys, i);
+                    if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == key_length &&
+                        memcmp(PyBytes_AS_STRING(name), p, (size_t)key_length) == 0)
+                        stop = 1;
+                }
+            }
+            if (sep == NULL) break;
+            p = sep + 1;
+        }
+        if (stop) break;
+        int64_t tag_hash = 0;
+        if (tags.present && tags.length > 0) {
+            if (!is_ascii(tags.value, tags.length)) break;
+            tag_hash = (int64_t)(int32_t)java_hash(0, tags.value, tags.length);
+        }
+        Py_ssize_t item_count = 0;
+        if ((sys_flag & TRANSACTION_TYPE_MASK) != TRANSACTION_ROLLBACK) {
+            item_count = key_hashes(topic, topic_length, &uniq, &keys, hashes, items_max);
+            if (item_count < 0) break;
+        }
+
+        /* plain: its unit joins its queue's run, its items the list */
+        Run *run = NULL;
+        for (Py_ssize_t i = 0; i < out.count; i++) {
+            Run *r = &out.runs[i];
+            if (r->queue_id == queue_id && r->topic_length == topic_length &&
+                memcmp(r->topic, topic, (size_t)topic_length) == 0) {
+                run = r;
+                break;
+            }
+        }
+        if (run != NULL && run->next_offset != queue_offset) break;
+        if (run == NULL) {
+            if (grow((void **)&out.runs, &out.capacity, out.count + 1, sizeof(Run)) < 0) goto fail;
+            run = &out.runs[out.count++];
+            memset(run, 0, sizeof(Run));
+            run->topic = topic;
+            run->topic_length = topic_length;
+            run->queue_id = queue_id;
+            run->first_offset = run->next_offset = queue_offset;
+        }
+        if (grow((void **)&run->units, &run->capacity, (run->count + 1) * UNIT_BYTES, 1) < 0)
+            goto fail;
+        unsigned char *unit = run->units + run->count * UNIT_BYTES;
+        put_be64(unit, (uint64_t)physical_offset);
+        put_be32(unit + 8, (uint32_t)size);
+        put_be64(unit + 12, (uint64_t)tag_hash);
+        run->count++;
+        run->next_offset++;
+        if (item_count > 0) {
+            if (grow((void **)&out.items, &out.item_capacity, out.item_count + item_count,
+                     sizeof(Item)) < 0)
+                goto fail;
+            for (Py_ssize_t i = 0; i < item_count; i++) {
+                Item *item = &out.items[out.item_count++];
+                item->key_hash = hashes[i];
+                item->count = i == 0 ? (uint32_t)item_count : 0;
+                item->physical_offset = physical_offset;
+                item->store_timestamp = store_timestamp;
+            }
+        }
+    }
+    {
+        PyObject *runs = PyList_New(out.count);
+        if (runs == NULL) goto fail;
+        for (Py_ssize_t i = 0; i < out.count; i++) {
+            Run *r = &out.runs[i];
+            PyObject *run = Py_BuildValue(
+                "(s#lLy#)", (const char *)r->topic, r->topic_length, r->queue_id,
+                (long long)r->first_offset, (const char *)r->units, r->count * UNIT_BYTES);
+            if (run == NULL) {
+                Py_DECREF(runs);
+                goto fail;
+            }
+            PyList_SET_ITEM(runs, i, run);
+        }
+        PyObject *result = Py_BuildValue("(nNy#)", k, runs,
+                                         out.items ? (const char *)out.items : "",
+                                         out.item_count * (Py_ssize_t)sizeof(Item));
+        scan_out_free(&out);
+        return result;
+    }
+fail:
+    scan_out_free(&out);
+    return NULL;
+}
+
+static PyObject *index_put(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer mm, items;
+    Py_ssize_t at;
+    long long slot_count, item_count, index_count, hash_slot_count;
+    long long begin_ms, begin_phy, end_ms, end_phy;
+    if (!PyArg_ParseTuple(args, "w*y*nLLLLLLLL", &mm, &items, &at, &slot_count, &item_count,
+                          &index_count, &hash_slot_count, &begin_ms, &begin_phy, &end_ms,
+                          &end_phy))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t total = items.len / (Py_ssize_t)sizeof(Item);
+    long long put = 0;
+    int64_t items_at = INDEX_HEADER_BYTES + slot_count * INDEX_SLOT_BYTES;
+    if (slot_count < 1 || item_count < 2 || items.len % (Py_ssize_t)sizeof(Item) != 0 ||
+        items_at + item_count * INDEX_ITEM_BYTES > mm.len || at < 0 || index_count < 1) {
+        PyErr_SetString(PyExc_ValueError, "index_put: geometry, items or file do not agree");
+        goto done;
+    }
+    const Item *all = (const Item *)items.buf;
+    unsigned char *base = (unsigned char *)mm.buf;
+    while (at < total) {
+        const Item *first = &all[at];
+        Py_ssize_t count = first->count;
+        if (count < 1 || at + count > total) {
+            PyErr_SetString(PyExc_ValueError, "index_put: not at a message's first item");
+            goto done;
+        }
+        if (first->physical_offset <= end_phy) { /* indexed already: a replay */
+            at += count;
+            continue;
+        }
+        if (item_count - index_count < count) break; /* the caller rolls a new file */
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const Item *item = &all[at + i];
+            long long number = index_count;
+            unsigned char *slot = base + INDEX_HEADER_BYTES +
+                                  (int64_t)(item->key_hash % (uint64_t)slot_count) *
+                                      INDEX_SLOT_BYTES;
+            int32_t prev = (int32_t)be32(slot);
+            if (prev <= 0 || prev > number) {
+                prev = 0;
+                hash_slot_count++;
+            }
+            if (number == 1) {
+                begin_ms = item->store_timestamp;
+                begin_phy = item->physical_offset;
+            }
+            long long time_diff = 0;
+            if (begin_ms > 0) {
+                long long elapsed;
+                if (__builtin_sub_overflow((long long)item->store_timestamp, begin_ms,
+                                           &elapsed))
+                    time_diff = item->store_timestamp < begin_ms ? -1 : TIME_DIFF_MAX;
+                else /* floor division as Python's //: only the sign of a negative matters */
+                    time_diff = elapsed >= 0 ? elapsed / 1000 : -1;
+            }
+            if (time_diff < 0) time_diff = 0;
+            if (time_diff > TIME_DIFF_MAX) time_diff = TIME_DIFF_MAX;
+            unsigned char *out = base + items_at + number * INDEX_ITEM_BYTES;
+            put_be32(out, item->key_hash);
+            put_be64(out + 4, (uint64_t)item->physical_offset);
+            put_be32(out + 12, (uint32_t)time_diff);
+            put_be32(out + 16, (uint32_t)prev);
+            put_be32(slot, (uint32_t)number);
+            index_count = number + 1;
+            end_phy = item->physical_offset;
+            end_ms = item->store_timestamp;
+            put++;
+        }
+        at += count;
+    }
+    result = Py_BuildValue("(nLLLLLLL)", at, index_count, hash_slot_count, begin_ms, begin_phy,
+                           end_ms, end_phy, put);
+done:
+    PyBuffer_Release(&mm);
+    PyBuffer_Release(&items);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "The plain messages of an applied batch, from `start` on."},
+    {"index_put", index_put, METH_VARARGS, "Put whole messages' items into a mapped IndexFile."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "broker._dispatch_native",
+    "The dispatcher's per-message loop in C (see broker/dispatch_native.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__dispatch_native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddIntConstant(m, "ITEM_BYTES", (long)sizeof(Item)) < 0 ||
+        PyModule_AddIntConstant(m, "UNIT_BYTES", UNIT_BYTES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,290 @@
+"""The C half of the dispatcher (broker/dispatch_native.c) against the Python one, which
+defines what it must do: for arbitrary batches the ConsumeQueue and IndexFile files come out
+as the same bytes either way, every record the C half takes reads as the Python reader reads it,
+and an IndexFile filled by `put_items` equals one filled by `put`."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.consume_queue import UNIT
+from broker.delays import SCHEDULE_TOPIC, SOURCE
+from broker.index_file import NATIVE_ITEM, IndexFile, index_keys
+from broker.native import native
+from broker.state import NATIVE_SPECIAL_TOPICS, NATIVE_STOP_KEYS, BrokerState, Geometry
+from broker.transactions import HALF_OFFSET, HALF_TOPIC
+from dledger import limits
+from dledger.log.segment import entry_position
+from dledger.log.store import LogStore, StoreConfig
+from dledger.raft.entries import EntryBatch, EntryKind
+from remoting import properties as props
+from remoting import stored_message
+from remoting.tag_hash import index_key_hash, tags_code
+from tests.broker.test_state_replicated import derived_files
+
+# not skipped without it: ./dev.sh installs a compiler and the headers, so a missing
+# extension is a broken build here, not a choice
+assert native is not None, (
+    "broker._dispatch_native is not built: run ./dev.sh test (pip install -e .)"
+)
+
+HEADER = limits.ENTRY_HEADER_BYTES
+SEGMENT_BYTES = 1 << 22
+GEOMETRY = Geometry(cq_units_per_file=8, index_slots=16, index_items=12)
+
+TOPICS = ["T", "Topic-b", "%RETRY%g", SCHEDULE_TOPIC, HALF_TOPIC]
+KEY_NAMES = [props.TAGS, props.KEYS, props.UNIQ_KEY, "X", SOURCE, HALF_OFFSET]
+text = st.text(alphabet="ab7 é#", max_size=6)
+pairs = st.lists(st.tuples(st.sampled_from(KEY_NAMES), text), max_size=5)
+STORE_TIMES = st.one_of(
+    st.integers(1_700_000_000_000, 1_700_000_100_000),
+    st.sampled_from([-5_000, 0, 1, (1 << 62), 1_699_000_000_000]),
+)
+messages = st.lists(
+    st.tuples(
+        st.sampled_from(TOPICS),
+        st.integers(0, 3),
+        pairs,
+        st.sampled_from([0, 4, 8, 12]),  # transaction types, 12 a rollback
+        STORE_TIMES,
+        st.booleans(),  # a NOOP entry before it
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def properties_bytes(found: list[tuple[str, str]]) -> bytes:
+    """Pairs as a client may send them: duplicates and empty values included."""
+    return b"".join(b"%s\x01%s\x02" % (k.encode(), v.encode()) for k, v in found)
+
+
+def record(
+    topic: str, queue_id: int, found: list[tuple[str, str]], sys_flag: int, ms: int
+) -> bytes:
+    return stored_message.pack(
+        queue_id=queue_id,
+        flag=0,
+        queue_offset=0,
+        physical_offset=0,
+        sys_flag=sys_flag,
+        born_timestamp_ms=1,
+        born_host=("127.0.0.1", 1),
+        store_timestamp_ms=ms,
+        store_host=("127.0.0.1", 10911),
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+        body=b"body",
+        topic=topic,
+        properties_data=properties_bytes(found),
+    )
+
+
+def batches(specs: list[tuple], sizes: list[int], bases: list[int]) -> list[EntryBatch]:
+    """The specs as entries placed as a leader places them: physical offsets by position,
+    queue offsets consecutive per queue from that queue's base."""
+    payloads: list[bytes] = []
+    kinds: list[int] = []
+    position = 0
+    next_offsets: dict[tuple[str, int], int] = {}
+    for topic, queue_id, found, sys_flag, ms, noop in specs:
+        if noop:
+            position = entry_position(position, HEADER, SEGMENT_BYTES) + HEADER
+            payloads.append(b"")
+            kinds.append(EntryKind.NOOP)
+        body = bytearray(record(topic, queue_id, found, sys_flag, ms))
+        position = entry_position(position, HEADER + len(body), SEGMENT_BYTES)
+        key = (topic, queue_id)
+        offset = next_offsets.get(key, bases[queue_id])
+        next_offsets[key] = offset + 1
+        stored_message.patch_offsets(body, 0, offset, position + HEADER)
+        position += HEADER + len(body)
+        payloads.append(bytes(body))
+        kinds.append(EntryKind.DATA)
+    result, first, at = [], 1, 0
+    for size in sizes:
+        if at >= len(payloads):
+            break
+        chunk = slice(at, at + size)
+        count = len(payloads[chunk])
+        result.append(EntryBatch(first, [1] * count, kinds[chunk], payloads[chunk]))
+        first, at = first + count, at + count
+    if at < len(payloads):
+        result.append(EntryBatch(first, [1] * (len(payloads) - at), kinds[at:], payloads[at:]))
+    return result
+
+
+def apply_all(root: Path, entries: list[EntryBatch], *, use_native: bool) -> dict[str, bytes]:
+    store = LogStore.open(root, StoreConfig(segment_bytes=SEGMENT_BYTES), group="g", self_id="n")
+    state = BrokerState(root, store, GEOMETRY)
+    if not use_native:
+        state._native = None
+    try:
+        for batch in entries:
+            store.append(batch)
+            state.apply(batch)
+        state.index.write_header()
+    finally:
+        state.close()
+        store.close()
+    return derived_files(root)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=messages,
+    sizes=st.lists(st.integers(1, 12), max_size=8),
+    bases=st.lists(st.integers(0, 9), min_size=4, max_size=4),
+)
+def test_both_dispatchers_write_the_same_files(
+    tmp_path_factory: pytest.TempPathFactory, specs: list[tuple], sizes: list[int], bases: list[int]
+) -> None:
+    entries = batches(specs, sizes, bases)
+    root = tmp_path_factory.mktemp("native")
+    with_c = apply_all(root / "c", entries, use_native=True)
+    in_python = apply_all(root / "py", entries, use_native=False)
+    assert with_c.keys() == in_python.keys()
+    for name in with_c:
+        assert with_c[name] == in_python[name], name
+
+
+def test_a_batch_of_usual_messages_is_taken_whole_by_the_c_half(tmp_path: Path) -> None:
+    specs = [
+        (
+            "T",
+            n % 3,
+            [(props.UNIQ_KEY, f"u{n}"), (props.TAGS, "a"), (props.KEYS, "k1 k2")],
+            0,
+            n,
+            False,
+        )
+        for n in range(20)
+    ]
+    (batch,) = batches(specs, [20], [0, 0, 0, 0])
+    store = LogStore.open(
+        tmp_path, StoreConfig(segment_bytes=SEGMENT_BYTES), group="g", self_id="n"
+    )
+    try:
+        store.append(batch)
+        positions = store.positions(1, 20)
+    finally:
+        store.close()
+    assert native is not None
+    stop, runs, items = native.scan(
+        list(batch.payloads), positions, list(batch.kinds), 0, 0, HEADER,
+        NATIVE_SPECIAL_TOPICS, NATIVE_STOP_KEYS, 100,
+    )  # fmt: skip
+    assert stop == 20
+    assert [(t, q, o, len(u) // UNIT.size) for t, q, o, u in runs] == [
+        ("T", 0, 0, 7),
+        ("T", 1, 0, 7),
+        ("T", 2, 0, 6),
+    ]
+    assert len(items) // NATIVE_ITEM.size == 60  # UNIQ_KEY and two KEYS each
+
+
+def python_view(body: bytes, position: int) -> tuple[bytes, list[tuple[int, int, int, int]]] | None:
+    """What the Python dispatcher makes of a record: its unit and its items (as scan packs
+    them), or None when it would not take it as a plain message."""
+    try:
+        read = stored_message.read_dispatch(body)
+    except Exception:
+        return None
+    found = props.table(read.properties)
+    tags = found.get(b"TAGS")
+    unit = UNIT.pack(
+        read.physical_offset, read.size, tags_code(tags.decode(errors="replace")) if tags else 0
+    )
+    keys, uniq = found.get(b"KEYS"), found.get(b"UNIQ_KEY")
+    names = index_keys(
+        read.topic,
+        keys.decode(errors="replace") if keys else None,
+        uniq.decode(errors="replace") if uniq else None,
+    )
+    if read.sys_flag & 0xC == 0xC:
+        names = []
+    hashes = [index_key_hash(name) for name in names]
+    items = [
+        (h, len(hashes) if i == 0 else 0, read.physical_offset, read.store_timestamp_ms)
+        for i, h in enumerate(hashes)
+    ]
+    return unit, items
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    topic=st.sampled_from(["T", "Topic-b"]),
+    found=pairs,
+    cuts=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=3),
+)
+def test_every_record_the_c_half_takes_reads_the_same_in_python(
+    topic: str, found: list[tuple[str, str]], cuts: list[tuple[int, int]]
+) -> None:
+    body = bytearray(record(topic, 1, found, 0, 1_700_000_000_000))
+    stored_message.patch_offsets(body, 0, 5, 1000 + HEADER)
+    for at, value in cuts:  # damage: any byte may change, the size and magic included
+        if at < len(body):
+            body[at] = value
+    assert native is not None
+    stop, runs, items = native.scan(
+        [bytes(body)], [1000], [0], 0, 0, HEADER, NATIVE_SPECIAL_TOPICS, NATIVE_STOP_KEYS, 100
+    )
+    if stop == 0:
+        return  # left to the Python dispatcher
+    view = python_view(bytes(body), 1000)
+    assert view is not None
+    unit, expected = view
+    ((_, _, offset, units),) = runs
+    assert units == unit
+    assert offset == stored_message.read_dispatch(bytes(body)).queue_offset
+    assert list(NATIVE_ITEM.iter_unpack(items)) == expected
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    messages=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, (1 << 31) - 1), min_size=1, max_size=4),
+            st.integers(1, 1 << 40),
+            STORE_TIMES,
+        ),
+        max_size=30,
+    )
+)
+def test_put_items_fills_a_file_as_put_does(
+    tmp_path_factory: pytest.TempPathFactory,
+    messages: list[tuple[list[int], int, int]],
+) -> None:
+    root = tmp_path_factory.mktemp("index")
+    one = IndexFile.create(root / "one", 7, 40)
+    many = IndexFile.create(root / "many", 7, 40)
+    items = b""
+    for hashes, physical_offset, ms in messages:
+        if one.room < len(hashes):
+            break  # put_items stops there too (IndexStore rolls a new file)
+        if physical_offset > one.end_phy_offset:  # as IndexStore._put: a replay is skipped
+            for h in hashes:
+                one.put(h, physical_offset, ms)
+        for i, h in enumerate(hashes):  # put_items gets the replays too, and skips them
+            items += NATIVE_ITEM.pack(h, len(hashes) if i == 0 else 0, physical_offset, ms)
+    assert many.put_items(items, 0) == len(items) // NATIVE_ITEM.size
+    one.write_header()
+    many.write_header()
+    assert (root / "one").read_bytes() == (root / "many").read_bytes()
+    one.close()
+    many.close()
+
+
+def test_native_items_are_the_size_the_c_half_writes() -> None:
+    assert native is not None
+    assert native.ITEM_BYTES == NATIVE_ITEM.size == struct.calcsize("=IIqq")
+    assert UNIT.size == native.UNIT_BYTES
