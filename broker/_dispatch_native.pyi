@@ -1,5 +1,7 @@
 # The C half of the dispatcher: broker/dispatch_native.c says what each function does.
 
+from typing import Any
+
 ITEM_BYTES: int
 UNIT_BYTES: int
 
@@ -29,3 +31,17 @@ def index_put(
     end_phy_offset: int,
     /,
 ) -> tuple[int, int, int, int, int, int, int, int]: ...
+def shape(
+    payloads: list[bytes],
+    positions: list[int],
+    start: int,
+    first_index: int,
+    header_bytes: int,
+    next_offsets: dict[tuple[str, int], int],
+    stop_keys: tuple[bytes, ...],
+    placed_type: type,
+    shaped: list[bytes],
+    keys: list[tuple[str, int]],
+    placed: list[tuple[int, Any]],
+    /,
+) -> int: ...

@@ -34,9 +34,21 @@
  *     IndexFile.put does, skipping a message at or before end_phy_offset (a replay) and
  *     stopping at a message that does not fit (the caller rolls a new file and calls again).
  *
+ *   shape(payloads, positions, start, first_index, header_bytes, next_offsets, stop_keys,
+ *         placed_type, shaped, keys, placed) -> stop
+ *
+ *     The leader's half (BrokerState.shape): for each proposed entry from `start` on that is a
+ *     plain record (as scan reads them) with none of `stop_keys` anywhere in its properties and
+ *     whose queue's next offset is in `next_offsets` ({(topic, queue_id): offset}), appends the
+ *     record with that queue offset and its physical offset (positions[k] + header_bytes)
+ *     written to `shaped`, advances the offset, appends the key to `keys` and
+ *     (first_index + k, placed_type(queue_id, offset, physical_offset)) to `placed`. Stops
+ *     at the first entry that is anything else; returns its index (or the length).
+ *
  * The Python dispatcher remains the definition: tests/broker/test_dispatch_native.py holds the
  * files both write to be the same bytes for arbitrary batches.
  */
+#define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -101,6 +113,66 @@ static uint32_t index_key_hash(uint32_t h) {
     int32_t s = (int32_t)h;
     if (h == 0x80000000u) return 0;
     return (uint32_t)(s < 0 ? -s : s);
+}
+
+
+/* The fields of a stored-message record as read_dispatch's fast path reads them: a V1 record
+ * with IPv4 hosts whose size is the payload's length and whose body, topic and properties
+ * lengths add up to it, with a topic of 1-127 of RocketMQ's topic characters and a queue id
+ * >= 0. Anything else (V2, IPv6, damage, other topics) is 0: left to the Python code. */
+typedef struct {
+    int32_t size, sys_flag;
+    long queue_id;
+    int64_t queue_offset, physical_offset, store_timestamp;
+    const unsigned char *topic, *properties;
+    Py_ssize_t topic_length, properties_length;
+} Record;
+
+static int read_plain(PyObject *payload, Record *r) {
+    if (!PyBytes_CheckExact(payload)) return 0;
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(payload);
+    Py_ssize_t length = PyBytes_GET_SIZE(payload);
+    if (length < FIXED_V4 + 3) return 0;
+    int32_t size = (int32_t)be32(b);
+    if (size != length || be32(b + 4) != MAGIC_V1) return 0;
+    int32_t sys_flag = (int32_t)be32(b + 36);
+    if (sys_flag & 0x30) return 0; /* IPv6 hosts */
+    int32_t body_length = (int32_t)be32(b + 84);
+    if (body_length < 0 || (int64_t)FIXED_V4 + body_length + 3 > size) return 0;
+    Py_ssize_t topic_at = FIXED_V4 + body_length + 1;
+    Py_ssize_t topic_length = b[FIXED_V4 + body_length];
+    Py_ssize_t props_at = topic_at + topic_length;
+    if (props_at + 2 > size) return 0;
+    int16_t props_length = (int16_t)((b[props_at] << 8) | b[props_at + 1]);
+    if (props_length < 0 || props_at + 2 + props_length != size) return 0;
+    if (topic_length < 1 || topic_length > TOPIC_MAX) return 0;
+    for (Py_ssize_t i = 0; i < topic_length; i++)
+        if (!topic_char(b[topic_at + i])) return 0;
+    long queue_id = (long)(int32_t)be32(b + 12);
+    if (queue_id < 0) return 0;
+    r->size = size;
+    r->sys_flag = sys_flag;
+    r->queue_id = queue_id;
+    r->queue_offset = (int64_t)be64(b + 20);
+    r->physical_offset = (int64_t)be64(b + 28);
+    r->store_timestamp = (int64_t)be64(b + 56);
+    r->topic = b + topic_at;
+    r->topic_length = topic_length;
+    r->properties = b + props_at + 2;
+    r->properties_length = props_length;
+    return 1;
+}
+
+/* positions[k] + header_bytes into *out: 0, or -1 with an exception set. */
+static int position_at(PyObject *positions, Py_ssize_t k, long long header_bytes, int64_t *out) {
+    if (!PyList_Check(positions) || k >= PyList_GET_SIZE(positions)) {
+        PyErr_SetString(PyExc_ValueError, "positions is not a list as long as the payloads");
+        return -1;
+    }
+    long long position = PyLong_AsLongLong(PyList_GET_ITEM(positions, k));
+    if (position == -1 && PyErr_Occurred()) return -1;
+    *out = position + header_bytes;
+    return 0;
 }
 
 typedef struct {
@@ -205,51 +277,30 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         if (kind_value == -1 && PyErr_Occurred()) goto fail;
         if (kind_value != data_kind) continue; /* the dispatcher skips what is not DATA */
         PyObject *payload = PyList_GET_ITEM(payloads, k);
-        if (!PyBytes_CheckExact(payload)) break;
-        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(payload);
-        Py_ssize_t length = PyBytes_GET_SIZE(payload);
-        if (length < FIXED_V4 + 3) break;
-        int32_t size = (int32_t)be32(b);
-        if (size != length || be32(b + 4) != MAGIC_V1) break;
-        int32_t sys_flag = (int32_t)be32(b + 36);
-        if (sys_flag & 0x30) break; /* IPv6 hosts */
-        int32_t body_length = (int32_t)be32(b + 84);
-        if (body_length < 0 || (int64_t)FIXED_V4 + body_length + 3 > size) break;
-        Py_ssize_t topic_at = FIXED_V4 + body_length + 1;
-        Py_ssize_t topic_length = b[FIXED_V4 + body_length];
-        Py_ssize_t props_at = topic_at + topic_length;
-        if (props_at + 2 > size) break;
-        int16_t props_length = (int16_t)((b[props_at] << 8) | b[props_at + 1]);
-        if (props_length < 0 || props_at + 2 + props_length != size) break;
-        const unsigned char *topic = b + topic_at;
-        if (topic_length < 1 || topic_length > TOPIC_MAX) break;
-        int plain_topic = 1;
-        for (Py_ssize_t i = 0; i < topic_length; i++)
-            if (!topic_char(topic[i])) plain_topic = 0;
-        if (!plain_topic) break;
+        Record r;
+        if (!read_plain(payload, &r)) break;
         int special = 0;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(special_topics); i++) {
             PyObject *name = PyTuple_GET_ITEM(special_topics, i);
-            if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == topic_length &&
-                memcmp(PyBytes_AS_STRING(name), topic, (size_t)topic_length) == 0)
+            if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == r.topic_length &&
+                memcmp(PyBytes_AS_STRING(name), r.topic, (size_t)r.topic_length) == 0)
                 special = 1;
         }
         if (special) break;
-        long queue_id = (long)(int32_t)be32(b + 12);
-        if (queue_id < 0) break;
-        int64_t queue_offset = (int64_t)be64(b + 20);
-        int64_t physical_offset = (int64_t)be64(b + 28);
-        PyObject *position = PyList_Check(positions) && k < PyList_GET_SIZE(positions)
-                                 ? PyList_GET_ITEM(positions, k)
-                                 : NULL;
-        if (position == NULL) break;
-        long long entry_position = PyLong_AsLongLong(position);
-        if (entry_position == -1 && PyErr_Occurred()) goto fail;
-        if (physical_offset != entry_position + header_bytes || physical_offset < 0) break;
-        int64_t store_timestamp = (int64_t)be64(b + 56);
+        const unsigned char *topic = r.topic;
+        Py_ssize_t topic_length = r.topic_length;
+        long queue_id = r.queue_id;
+        int64_t queue_offset = r.queue_offset;
+        int64_t physical_offset = r.physical_offset;
+        int32_t size = r.size, sys_flag = r.sys_flag;
+        int64_t stored_at;
+        if (positions == Py_None) break; /* not read yet: the caller reads them for this one */
+        if (position_at(positions, k, header_bytes, &stored_at) < 0) goto fail;
+        if (stored_at < 0 || physical_offset != stored_at) break;
+        int64_t store_timestamp = r.store_timestamp;
 
         Found tags = {0}, keys = {0}, uniq = {0};
-        const unsigned char *p = b + props_at + 2, *end = p + props_length;
+        const unsigned char *p = r.properties, *end = p + r.properties_length;
         int stop = 0;
         while (p <= end && !stop) { /* pairs as bytes.split(b"\x02") gives them */
             const unsigned char *sep = memchr(p, 2, (size_t)(end - p));
@@ -431,9 +482,99 @@ done:
     return result;
 }
 
+static int contains_any(const unsigned char *data, Py_ssize_t length, PyObject *needles) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(needles); i++) {
+        PyObject *needle = PyTuple_GET_ITEM(needles, i);
+        if (PyBytes_Check(needle) &&
+            memmem(data, (size_t)length, PyBytes_AS_STRING(needle),
+                   (size_t)PyBytes_GET_SIZE(needle)) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
+/* One plain message shaped: its record with both offsets written, next_offsets advanced, its
+ * queue key and (index, Placed) appended. 1 done, 0 not plain or offset unknown, -1 error. */
+static int shape_one(PyObject *payload, int64_t physical_offset, long long index,
+                     PyObject *next_offsets, PyObject *stop_keys, PyTypeObject *placed_type,
+                     PyObject *shaped, PyObject *keys, PyObject *placed) {
+    Record r;
+    if (!read_plain(payload, &r) || contains_any(r.properties, r.properties_length, stop_keys))
+        return 0;
+    int done = -1;
+    PyObject *key = NULL, *record = NULL, *next = NULL, *fields = NULL, *args = NULL;
+    PyObject *where = NULL, *pair = NULL;
+    key = Py_BuildValue("(s#l)", (const char *)r.topic, r.topic_length, r.queue_id);
+    if (key == NULL) goto done;
+    PyObject *offset_object = PyDict_GetItemWithError(next_offsets, key); /* borrowed */
+    if (offset_object == NULL) {
+        done = PyErr_Occurred() ? -1 : 0; /* not known here: the caller asks the queue */
+        goto done;
+    }
+    long long offset = PyLong_AsLongLong(offset_object);
+    if (offset == -1 && PyErr_Occurred()) goto done;
+    record = PyBytes_FromStringAndSize(PyBytes_AS_STRING(payload), r.size);
+    if (record == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(record);
+    put_be64(out + 20, (uint64_t)offset);
+    put_be64(out + 28, (uint64_t)physical_offset);
+    next = PyLong_FromLongLong(offset + 1);
+    if (next == NULL || PyDict_SetItem(next_offsets, key, next) < 0) goto done;
+    fields = Py_BuildValue("(lLL)", r.queue_id, offset, (long long)physical_offset);
+    if (fields == NULL) goto done;
+    args = PyTuple_Pack(1, fields);
+    if (args == NULL) goto done;
+    where = PyTuple_Type.tp_new(placed_type, args, NULL); /* tuple.__new__(Placed, fields) */
+    if (where == NULL) goto done;
+    pair = Py_BuildValue("(LO)", index, where);
+    if (pair == NULL) goto done;
+    if (PyList_Append(keys, key) < 0 || PyList_Append(placed, pair) < 0 ||
+        PyList_Append(shaped, record) < 0)
+        goto done;
+    done = 1;
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(record);
+    Py_XDECREF(next);
+    Py_XDECREF(fields);
+    Py_XDECREF(args);
+    Py_XDECREF(where);
+    Py_XDECREF(pair);
+    return done;
+}
+
+static PyObject *shape(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *payloads, *positions, *next_offsets, *stop_keys, *placed_type;
+    PyObject *shaped, *keys, *placed;
+    Py_ssize_t start;
+    long long first_index, header_bytes;
+    if (!PyArg_ParseTuple(args, "O!O!nLLO!O!O!O!O!O!", &PyList_Type, &payloads, &PyList_Type,
+                          &positions, &start, &first_index, &header_bytes, &PyDict_Type,
+                          &next_offsets, &PyTuple_Type, &stop_keys, &PyType_Type, &placed_type,
+                          &PyList_Type, &shaped, &PyList_Type, &keys, &PyList_Type, &placed))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)placed_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "placed_type must be a tuple subclass");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(payloads);
+    Py_ssize_t k = start < 0 ? 0 : start;
+    for (; k < n; k++) {
+        int64_t physical_offset;
+        if (position_at(positions, k, header_bytes, &physical_offset) < 0) return NULL;
+        int done = shape_one(PyList_GET_ITEM(payloads, k), physical_offset, first_index + k,
+                             next_offsets, stop_keys, (PyTypeObject *)placed_type, shaped, keys,
+                             placed);
+        if (done < 0) return NULL;
+        if (done == 0) break;
+    }
+    return PyLong_FromSsize_t(k);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "The plain messages of an applied batch, from `start` on."},
     {"index_put", index_put, METH_VARARGS, "Put whole messages' items into a mapped IndexFile."},
+    {"shape", shape, METH_VARARGS, "The leader's offsets written into plain records from `start` on."},
     {NULL, NULL, 0, NULL},
 };
 

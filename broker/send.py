@@ -304,7 +304,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
     store_host = broker.store_host
     now_ms = int(time.time() * 1000)
     records = []
-    leading = broker.is_leader
+    note = broker.state.note_packed if broker.is_leader and broker.state.wants_packed else None
     metas = [create] if create is not None else []
     halves = 0
     packer: stored_message.Packer | None = None
@@ -372,10 +372,8 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
                 f"the message is {len(record)} bytes stored; maxMessageSize is "
                 f"{broker.config.message_bytes_max}",
             )
-        if leading:  # shape will take these fields instead of reading the record back
-            broker.state.note_packed(
-                record, (len(record), record_queue_id, 0, 0, sys_flag, now_ms, topic, properties)
-            )
+        if note is not None:  # shape will take these fields instead of reading the record back
+            note(record, (len(record), record_queue_id, 0, 0, sys_flag, now_ms, topic, properties))
         records.append(record)
     return _Prepared(request, outgoing, metas, records, queue_id, halves)
 

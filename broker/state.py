@@ -77,7 +77,7 @@ TOPIC_OPS = frozenset(
 QueueKey = tuple[str, int]
 HALF_QUEUE: QueueKey = (HALF_TOPIC, HALF_QUEUE_ID)
 # what the C half of the dispatcher leaves to `_dispatch`: messages of these topics, and
-# messages with these properties
+# messages with these properties (to `shape`: with these anywhere in their properties)
 NATIVE_SPECIAL_TOPICS = tuple(sorted(topic.encode() for topic in (*SCHEDULE_TOPICS, HALF_TOPIC)))
 NATIVE_STOP_KEYS = (SOURCE_BYTES, HALF_OFFSET_BYTES)
 
@@ -454,6 +454,12 @@ class BrokerState:
             self._packed.clear()
         self._role = role
 
+    @property
+    def wants_packed(self) -> bool:
+        """Whether `note_packed` saves `shape` a read: only the Python dispatcher's (the C half
+        reads a record faster than a send handler can note its fields)."""
+        return self._native is None
+
     def note_packed(self, record: bytes, read: DispatchRead) -> None:
         """A record a send handler of this leader packed, and the fields it packed it from
         (offsets 0; as read_dispatch would read them): shape takes these when it gets this
@@ -489,7 +495,31 @@ class BrokerState:
         packed = self._packed
         placed: list[tuple[int, Placed]] = []
         new_tuple = stored_message.new_tuple  # a Placed without its Python-level __new__
-        for k, (position, payload) in enumerate(zip(positions, payloads, strict=True)):
+        native = self._native
+        count = len(payloads)
+        assert len(positions) == count, (len(positions), count)
+        if native is not None and type(positions) is not list:
+            positions = list(positions)
+        k = 0
+        while k < count:
+            if native is not None:  # the plain records from k on, in C; then the one it left
+                k = native.shape(
+                    payloads,
+                    positions,
+                    k,
+                    first_index,
+                    HEADER_BYTES,
+                    next_offsets,
+                    NATIVE_STOP_KEYS,
+                    Placed,
+                    shaped,
+                    last_shape,
+                    placed,
+                )
+                if k >= count:
+                    break
+            position, payload, index = positions[k], payloads[k], first_index + k
+            k += 1
             known = packed.pop(id(payload), None) if packed else None
             if known is not None and known[0] is payload:  # a send handler's: fields known
                 size, queue_id, _, _, sys_flag, store_ms, topic, properties = known[1]
@@ -522,7 +552,6 @@ class BrokerState:
             stored_message.patch_offsets(record, 0, offset, physical_offset)
             next_offsets[key] = offset + 1
             last_shape.append(key)
-            index = first_index + k
             placed.append((index, new_tuple(Placed, (queue_id, offset, physical_offset))))
             proposed = bytes(record)
             shaped.append(proposed)

@@ -1,7 +1,8 @@
 """The C half of the dispatcher (broker/dispatch_native.c) against the Python one, which
 defines what it must do: for arbitrary batches the ConsumeQueue and IndexFile files come out
 as the same bytes either way, every record the C half takes reads as the Python reader reads it,
-and an IndexFile filled by `put_items` equals one filled by `put`."""
+an IndexFile filled by `put_items` equals one filled by `put`, and the leader's `shape` gives
+the same records, offsets and placements."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from hypothesis import strategies as st
 
 from broker.consume_queue import UNIT
 from broker.delays import SCHEDULE_TOPIC, SOURCE
+from broker.entries import encode_meta
 from broker.index_file import NATIVE_ITEM, IndexFile, index_keys
+from broker.metadata import Metadata, TopicConfig
 from broker.native import native
 from broker.state import NATIVE_SPECIAL_TOPICS, NATIVE_STOP_KEYS, BrokerState, Geometry
 from broker.transactions import HALF_OFFSET, HALF_TOPIC
@@ -22,6 +25,7 @@ from dledger import limits
 from dledger.log.segment import entry_position
 from dledger.log.store import LogStore, StoreConfig
 from dledger.raft.entries import EntryBatch, EntryKind
+from dledger.raft.events import Role, RoleState
 from remoting import properties as props
 from remoting import stored_message
 from remoting.tag_hash import index_key_hash, tags_code
@@ -288,3 +292,76 @@ def test_native_items_are_the_size_the_c_half_writes() -> None:
     assert native is not None
     assert native.ITEM_BYTES == NATIVE_ITEM.size == struct.calcsize("=IIqq")
     assert UNIT.size == native.UNIT_BYTES
+
+
+SHAPE_PAIRS = st.lists(
+    st.tuples(
+        st.sampled_from([props.TAGS, props.UNIQ_KEY, "X", SOURCE, HALF_OFFSET]),
+        st.sampled_from(["", "a", "7", f"{SCHEDULE_TOPIC}:0:3", "x SCHEDULE_SOURCE y"]),
+    ),
+    max_size=3,
+)
+proposals = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("message"),
+            st.sampled_from(["T", "Topic-b", "bad topic"]),
+            st.integers(0, 2),
+            SHAPE_PAIRS,
+        ),
+        st.tuples(st.just("meta"), st.just(""), st.just(0), st.just([])),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def leader_state(root: Path, *, use_native: bool) -> tuple[LogStore, BrokerState]:
+    store = LogStore.open(root, StoreConfig(segment_bytes=SEGMENT_BYTES), group="g", self_id="n")
+    state = BrokerState(root, store, GEOMETRY)
+    if not use_native:
+        state._native = None
+    state.on_role_change(RoleState(Role.LEADER, 1, None))
+    return store, state
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    specs=proposals, known=st.dictionaries(st.sampled_from(["T", "Topic-b"]), st.integers(0, 50))
+)
+def test_both_shapers_give_the_same_records_and_offsets(
+    tmp_path_factory: pytest.TempPathFactory, specs: list[tuple], known: dict[str, int]
+) -> None:
+    payloads = [
+        encode_meta(Metadata.topic_op(TopicConfig("T", 4, 4, 6)))
+        if kind == "meta"
+        else record(topic, queue_id, found, 0, 1_700_000_000_000)
+        for kind, topic, queue_id, found in specs
+    ]
+    positions, position = [], 0
+    for payload in payloads:
+        position = entry_position(position, HEADER + len(payload), SEGMENT_BYTES)
+        positions.append(position)
+        position += HEADER + len(payload)
+    root = tmp_path_factory.mktemp("shape")
+    results = []
+    for use_native in (True, False):
+        store, state = leader_state(root / str(use_native), use_native=use_native)
+        try:
+            state.shape(1, [], [])  # ready: the next offsets as a leader has them
+            state._next_offsets.update({(topic, 1): offset for topic, offset in known.items()})
+            shaped = state.shape(1, positions, list(payloads))
+            results.append(
+                (
+                    shaped,
+                    dict(state._next_offsets),
+                    list(state._last_shape),
+                    list(state._shaped.items()),
+                )
+            )
+        finally:
+            state.close()
+            store.close()
+    assert results[0] == results[1]
