@@ -1,5 +1,6 @@
 # The C half of the dispatcher: broker/dispatch_native.c says what each function does.
 
+from collections.abc import Callable
 from typing import Any
 
 ITEM_BYTES: int
@@ -45,3 +46,15 @@ def shape(
     placed: list[tuple[int, Any]],
     /,
 ) -> int: ...
+def pack_batch(
+    body: bytes,
+    head: bytes,
+    topic_part: bytes,
+    cluster_pair: bytes,
+    markers: tuple[bytes, ...],
+    record_max: int,
+    properties_max: int,
+    messages_max: int,
+    crc: Callable[[Any], int],
+    /,
+) -> tuple[list[bytes], bytes] | None: ...

@@ -45,6 +45,18 @@
  *     (first_index + k, placed_type(queue_id, offset, physical_offset)) to `placed`. Stops
  *     at the first entry that is anything else; returns its index (or the length).
  *
+ *   pack_batch(body, head, topic_part, cluster_pair, markers, record_max, properties_max,
+ *              messages_max, crc) -> (records, first_properties) | None
+ *
+ *     A send handler's half (broker/send.py): the stored records of a SEND_BATCH_MESSAGE body
+ *     whose messages are all plain (none of `markers` anywhere in their properties): each is
+ *     `head` (the 88 fixed bytes the request's messages share, from stored_message.Packer)
+ *     with its size, body CRC (`crc(body) & 0x7FFFFFFF`), flag and body length written, then
+ *     its body, `topic_part`, and its properties with `cluster_pair` appended. None for
+ *     anything the Python path would refuse or treat otherwise (a malformed batch, more than
+ *     messages_max messages, a marker, a record or properties over their bounds): the caller
+ *     then runs that path, which names the refusal.
+ *
  * The Python dispatcher remains the definition: tests/broker/test_dispatch_native.py holds the
  * files both write to be the same bytes for arbitrary batches.
  */
@@ -571,10 +583,93 @@ static PyObject *shape(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyLong_FromSsize_t(k);
 }
 
+/* pack_batch: the records of a batch send whose messages are all plain, or None. */
+static PyObject *pack_batch(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer body, head, topic_part, cluster_pair;
+    PyObject *markers, *crc;
+    Py_ssize_t record_max, properties_max, messages_max;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*O!nnnO", &body, &head, &topic_part, &cluster_pair,
+                          &PyTuple_Type, &markers, &record_max, &properties_max, &messages_max,
+                          &crc))
+        return NULL;
+    PyObject *records = NULL, *first_properties = NULL, *result = NULL;
+    const unsigned char *b = body.buf;
+    Py_ssize_t length = body.len, at = 0, count = 0;
+    if (head.len != FIXED_V4 || !PyCallable_Check(crc)) {
+        PyErr_SetString(PyExc_ValueError, "pack_batch: a head of 88 bytes and a crc function");
+        goto done;
+    }
+    records = PyList_New(0);
+    if (records == NULL) goto done;
+    while (at < length) { /* the checks of send.parse_batch; anything it refuses: None */
+        if (length - at < 20) goto python;
+        int32_t total = (int32_t)be32(b + at), flag = (int32_t)be32(b + at + 12);
+        int32_t body_length = (int32_t)be32(b + at + 16);
+        if (total < 22 || body_length < 0 || total > length - at) goto python;
+        Py_ssize_t end = at + total, props_at = at + 20 + body_length;
+        if (props_at + 2 > end) goto python;
+        int16_t props_length = (int16_t)((b[props_at] << 8) | b[props_at + 1]);
+        if (props_length < 0 || props_at + 2 + props_length != end) goto python;
+        if (++count > messages_max) goto python;
+        const unsigned char *properties = b + props_at + 2;
+        if (contains_any(properties, props_length, markers)) goto python; /* not plain */
+        Py_ssize_t properties_length = props_length + cluster_pair.len;
+        Py_ssize_t size = FIXED_V4 + body_length + topic_part.len + 2 + properties_length;
+        if (properties_length > properties_max || size > record_max) goto python;
+        if (first_properties == NULL) {
+            first_properties = PyBytes_FromStringAndSize((const char *)properties, props_length);
+            if (first_properties == NULL) goto done;
+        }
+        PyObject *view = PyMemoryView_FromMemory((char *)(b + at + 20), body_length, PyBUF_READ);
+        if (view == NULL) goto done;
+        PyObject *crc_object = PyObject_CallOneArg(crc, view);
+        Py_DECREF(view);
+        if (crc_object == NULL) goto done;
+        unsigned long body_crc = PyLong_AsUnsignedLongMask(crc_object);
+        Py_DECREF(crc_object);
+        if (body_crc == (unsigned long)-1 && PyErr_Occurred()) goto done;
+        PyObject *record = PyBytes_FromStringAndSize(NULL, size);
+        if (record == NULL) goto done;
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(record);
+        memcpy(out, head.buf, FIXED_V4);
+        put_be32(out, (uint32_t)size);
+        put_be32(out + 8, (uint32_t)(body_crc & 0x7FFFFFFFu));
+        put_be32(out + 16, (uint32_t)flag);
+        put_be32(out + 84, (uint32_t)body_length);
+        unsigned char *p = out + FIXED_V4;
+        memcpy(p, b + at + 20, (size_t)body_length);
+        p += body_length;
+        memcpy(p, topic_part.buf, (size_t)topic_part.len);
+        p += topic_part.len;
+        p[0] = (unsigned char)(properties_length >> 8);
+        p[1] = (unsigned char)properties_length;
+        memcpy(p + 2, properties, (size_t)props_length);
+        memcpy(p + 2 + props_length, cluster_pair.buf, (size_t)cluster_pair.len);
+        int appended = PyList_Append(records, record);
+        Py_DECREF(record);
+        if (appended < 0) goto done;
+        at = end;
+    }
+    if (count == 0) goto python;
+    result = PyTuple_Pack(2, records, first_properties);
+    goto done;
+python:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(records);
+    Py_XDECREF(first_properties);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&topic_part);
+    PyBuffer_Release(&cluster_pair);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "The plain messages of an applied batch, from `start` on."},
     {"index_put", index_put, METH_VARARGS, "Put whole messages' items into a mapped IndexFile."},
     {"shape", shape, METH_VARARGS, "The leader's offsets written into plain records from `start` on."},
+    {"pack_batch", pack_batch, METH_VARARGS, "The records of a batch of plain messages, or None."},
     {NULL, NULL, 0, NULL},
 };
 

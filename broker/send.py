@@ -22,6 +22,7 @@ import time
 from typing import NamedTuple
 
 import attrs
+from isal.isal_zlib import crc32  # what stored_message.Packer sums bodies with
 
 from broker import delays
 from broker.context import Broker
@@ -39,6 +40,7 @@ from broker.metadata import (
     TopicConfig,
     topic_problem,
 )
+from broker.native import native
 from broker.schedule import TIMER_PENDING_MAX, schedule_topic_op, timer_backlog
 from broker.state import Placed
 from broker.transaction_progress import PENDING_MAX
@@ -57,8 +59,8 @@ from broker.transactions import (
 from broker.writes import WriteFailed, WriteUnknown, Written
 from dledger.client import ClientError
 from dledger.limits import PROPOSAL_ENTRIES_MAX
+from remoting import limits, stored_message
 from remoting import properties as props
-from remoting import stored_message
 from remoting.codes import RequestCode, ResponseCode, code_name
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
@@ -76,11 +78,8 @@ BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bound
 CLUSTER_BYTES = props.CLUSTER.encode()
 # any of these in a send's properties: a transaction's half or commit, a delay, or a CLUSTER
 # the client set (_plain)
-_SPECIAL_MARKER = re.compile(
-    b"|".join(
-        map(re.escape, (TRAN_MSG_BYTES, HALF_OFFSET_BYTES, CLUSTER_BYTES, *delays.DELAY_MARKERS))
-    )
-)
+_SPECIAL_MARKERS = (TRAN_MSG_BYTES, HALF_OFFSET_BYTES, CLUSTER_BYTES, *delays.DELAY_MARKERS)
+_SPECIAL_MARKER = re.compile(b"|".join(map(re.escape, _SPECIAL_MARKERS)))
 NOT_SENDABLE = frozenset({*SCHEDULE_TOPICS, HALF_TOPIC})  # RocketMQ's NOT_ALLOWED_SEND_TOPIC_SET
 DELAYABLE = (0, 0x8)  # as RocketMQ, only a plain or committed message is delayed
 DLQ_QUEUES = 1  # RocketMQ's DLQ_NUMS_PER_GROUP
@@ -176,7 +175,9 @@ class _Prepared:
     """One send request made into log entries, not written yet."""
 
     request: RemotingCommand
-    outgoing: list[Outgoing]
+    # the first message's properties as sent: its UNIQ_KEY names the send in an outcome-unknown
+    # error, and a half's transaction id
+    first_properties: bytes
     metas: list[bytes]  # entries that must precede the records (a topic's creation, ...)
     records: list[bytes]
     queue_id: int
@@ -273,7 +274,7 @@ def _check_disk(broker: Broker) -> None:
 def _write_refusal(err: WriteFailed | WriteUnknown, prepared: _Prepared) -> SendRefused:
     if isinstance(err, WriteFailed):
         return SendRefused(ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {err}")
-    return _outcome_unknown(prepared.outgoing, f"(the message may be stored): {err}")
+    return _outcome_unknown(prepared.first_properties, f"(the message may be stored): {err}")
 
 
 def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -> _Prepared:
@@ -296,21 +297,28 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
             f"topicConfig.writeQueueNums:[{config.write_queues}] consumer:[{connection.peer}]",
         )
     batch = request.code == RequestCode.SEND_BATCH_MESSAGE or bool(header.batch)
+    born_host = _host(connection.peer)
+    store_host = broker.store_host
+    now_ms = int(time.time() * 1000)
+    metas = [create] if create is not None else []
+    prepared_flag = header.sys_flag & TRANSACTION_BITS == PREPARED
+    cluster_pair = _cluster_property(broker.config.cluster)
+    if batch and native is not None and not prepared_flag:  # all plain: packed in C
+        packed = _pack_plain_batch(
+            broker, header, config.name, queue_id, request.body, born_host, now_ms
+        )
+        if packed is not None:
+            records, first_properties = packed
+            return _Prepared(request, first_properties, metas, records, queue_id, 0)
     if batch:
         outgoing = parse_batch(request.body)
     else:
         outgoing = [Outgoing(request.body, header.flag, (header.properties or "").encode())]
-    born_host = _host(connection.peer)
-    store_host = broker.store_host
-    now_ms = int(time.time() * 1000)
     records = []
     note = broker.state.note_packed if broker.is_leader and broker.state.wants_packed else None
-    metas = [create] if create is not None else []
     halves = 0
     packer: stored_message.Packer | None = None
     packed_as: tuple[str, int, int] | None = None
-    prepared_flag = header.sys_flag & TRANSACTION_BITS == PREPARED
-    cluster_pair = _cluster_property(broker.config.cluster)
     for message in outgoing:
         properties = message.properties
         topic, record_queue_id = config.name, queue_id
@@ -375,7 +383,48 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
         if note is not None:  # shape will take these fields instead of reading the record back
             note(record, (len(record), record_queue_id, 0, 0, sys_flag, now_ms, topic, properties))
         records.append(record)
-    return _Prepared(request, outgoing, metas, records, queue_id, halves)
+    return _Prepared(request, outgoing[0].properties, metas, records, queue_id, halves)
+
+
+def _pack_plain_batch(
+    broker: Broker,
+    header: SendMessageRequestHeader,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    born_host: tuple[str, int],
+    now_ms: int,
+) -> tuple[list[bytes], bytes] | None:
+    """A batch's records and its first message's properties as `_prepare`'s loop makes them
+    for plain messages, packed by the C half (broker/dispatch_native.c, pack_batch); None when
+    any message is not plain or anything is wrong, for that loop to handle or refuse."""
+    assert native is not None
+    try:
+        template = stored_message.Packer(
+            queue_id=queue_id,
+            sys_flag=header.sys_flag & ~0x30,
+            born_timestamp_ms=header.born_timestamp,
+            born_host=born_host,
+            store_timestamp_ms=now_ms,
+            store_host=broker.store_host,
+            reconsume_times=header.reconsume_times or 0,
+            topic=topic,
+        ).pack(0, b"", b"")
+    except MessageFormatError:
+        return None
+    head_bytes = stored_message.FIXED_V4.size
+    topic_part = template[head_bytes : len(template) - 2]  # the topic's length and the topic
+    return native.pack_batch(
+        body,
+        template[:head_bytes],
+        topic_part,
+        _cluster_property(broker.config.cluster),
+        _SPECIAL_MARKERS,
+        min(limits.STORED_MESSAGE_BYTES_MAX, broker.config.message_bytes_max),
+        limits.PROPERTIES_BYTES_MAX,
+        BATCH_MESSAGES_MAX,
+        crc32,
+    )
 
 
 def _plain(properties: bytes) -> bool:
@@ -395,18 +444,18 @@ async def _answer(
     broker: Broker, prepared: _Prepared, written: Written, first: int
 ) -> RemotingCommand:
     """SEND_OK for a request whose records were written from log index `first` on."""
-    request, outgoing, queue_id = prepared.request, prepared.outgoing, prepared.queue_id
+    request, queue_id = prepared.request, prepared.queue_id
     store_host = broker.store_host
     last = first + len(prepared.records) - 1
     try:
         placed = await broker.placements(first, last, shaped_here=written.through_leader)
     except ClientError as err:  # stored, but this replica cannot learn where yet
         raise _outcome_unknown(
-            outgoing,
+            prepared.first_properties,
             f"(the message is stored at log index {first}, but its queue offset could not be "
             f"read: {err})",
         ) from err
-    uniq = props.find(outgoing[0].properties, b"UNIQ_KEY") if prepared.halves else None
+    uniq = props.find(prepared.first_properties, b"UNIQ_KEY") if prepared.halves else None
     response = SendMessageResponseHeader(
         msg_id=",".join(offset_msg_ids(store_host, [p.physical_offset for p in placed])),
         queue_id=queue_id,
@@ -419,10 +468,10 @@ async def _answer(
     return request.response(ResponseCode.SUCCESS, ext_fields=response)
 
 
-def _outcome_unknown(outgoing: list[Outgoing], why: str) -> SendRefused:
+def _outcome_unknown(first_properties: bytes, why: str) -> SendRefused:
     """SYSTEM_ERROR with the remark our client reads as "may be stored" (client/send_request.py
     OUTCOME_UNKNOWN_REMARK), naming the UNIQ_KEY the application can dedupe by."""
-    uniq = props.find(outgoing[0].properties, b"UNIQ_KEY")
+    uniq = props.find(first_properties, b"UNIQ_KEY")
     return SendRefused(
         ResponseCode.SYSTEM_ERROR,
         f"outcome unknown {why}; UNIQ_KEY {uniq.decode() if uniq else '?'}",

@@ -1,8 +1,9 @@
 """The C half of the dispatcher (broker/dispatch_native.c) against the Python one, which
 defines what it must do: for arbitrary batches the ConsumeQueue and IndexFile files come out
 as the same bytes either way, every record the C half takes reads as the Python reader reads it,
-an IndexFile filled by `put_items` equals one filled by `put`, and the leader's `shape` gives
-the same records, offsets and placements."""
+an IndexFile filled by `put_items` equals one filled by `put`, the leader's `shape` gives the
+same records, offsets and placements, and a send handler's `pack_batch` the same records as
+its Python loop (or leaves the batch to it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from isal.isal_zlib import crc32
 
+from broker import send
 from broker.consume_queue import UNIT
 from broker.delays import SCHEDULE_TOPIC, SOURCE
 from broker.entries import encode_meta
@@ -28,6 +31,7 @@ from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Role, RoleState
 from remoting import properties as props
 from remoting import stored_message
+from remoting.errors import MessageFormatError
 from remoting.tag_hash import index_key_hash, tags_code
 from tests.broker.test_state_replicated import derived_files
 
@@ -365,3 +369,81 @@ def test_both_shapers_give_the_same_records_and_offsets(
             state.close()
             store.close()
     assert results[0] == results[1]
+
+
+def batch_record(flag: int, body: bytes, properties: bytes) -> bytes:
+    """One message of a SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessage's layout)."""
+    total = 20 + len(body) + 2 + len(properties)
+    return (
+        struct.pack(">iiiii", total, 0, 0, flag, len(body))
+        + body
+        + struct.pack(">h", len(properties))
+        + properties
+    )
+
+
+MARKED_PAIRS = st.lists(
+    st.tuples(
+        st.sampled_from(["UNIQ_KEY", "TAGS", "DELAY", "CLUSTER", "X"]),
+        st.sampled_from(["a", "TRAN_MSG", "7"]),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    messages=st.lists(
+        st.tuples(st.integers(-5, 5), st.binary(max_size=300), MARKED_PAIRS), min_size=0, max_size=6
+    ),
+    cuts=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=2),
+    record_max=st.sampled_from([400, 4 << 20]),
+    sys_flag=st.sampled_from([0, 1, 8]),
+)
+def test_pack_batch_packs_as_the_python_loop_or_leaves_it_to_it(
+    messages: list[tuple[int, bytes, list[tuple[str, str]]]],
+    cuts: list[tuple[int, int]],
+    record_max: int,
+    sys_flag: int,
+) -> None:
+    body = bytearray(b"".join(batch_record(f, b, properties_bytes(p)) for f, b, p in messages))
+    for at, value in cuts:
+        if at < len(body):
+            body[at] = value
+    packer = stored_message.Packer(
+        queue_id=2,
+        sys_flag=sys_flag,
+        born_timestamp_ms=1_700_000_000_000,
+        born_host=("127.0.0.2", 5000),
+        store_timestamp_ms=1_700_000_000_123,
+        store_host=("127.0.0.1", 10911),
+        reconsume_times=0,
+        topic="T",
+    )
+    template = packer.pack(0, b"", b"")
+    cluster = props.encode({props.CLUSTER: "DefaultCluster"})
+    assert native is not None
+    got = native.pack_batch(
+        bytes(body), template[:88], template[88:-2], cluster, send._SPECIAL_MARKERS,
+        record_max, 32767, send.BATCH_MESSAGES_MAX, crc32,
+    )  # fmt: skip
+    try:
+        outgoing = send.parse_batch(bytes(body))
+    except send.SendRefused:
+        assert got is None
+        return
+    expected = []
+    for message in outgoing:
+        if not send._plain(message.properties):
+            assert got is None
+            return
+        try:
+            packed = packer.pack(message.flag, message.body, message.properties + cluster)
+        except MessageFormatError:
+            assert got is None
+            return
+        if len(packed) > record_max:
+            assert got is None
+            return
+        expected.append(packed)
+    assert got == (expected, outgoing[0].properties)
