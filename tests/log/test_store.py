@@ -13,7 +13,8 @@ import pytest
 
 from dledger import limits
 from dledger.log import writer as writer_module
-from dledger.log.errors import IndexOutOfRange, StoreLocked
+from dledger.log.errors import CorruptEntry, IndexOutOfRange, StoreLocked
+from dledger.log.index_file import RECORD
 from dledger.log.meta import Checkpoint
 from dledger.log.segment import ZERO_CHUNK_BYTES, entry_position, populate
 from dledger.log.store import FlushPolicy, StoreConfig
@@ -28,6 +29,28 @@ ASYNC_500_MS_4_PAGES = StoreConfig(
 
 
 class TestPositions:
+    def test_positions_are_the_entries_positions_across_index_files(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            for index in range(1, 40):
+                store.append(batch_of(index, 1, 1))
+            assert store.positions(1, 39) == [store.get(i).position for i in range(1, 39 + 1)]
+            assert store.positions(7, 7) == [store.get(7).position]
+
+    def test_a_damaged_index_record_is_named_by_positions(self, tmp_path: Path) -> None:
+        with open_store(tmp_path) as store:
+            store.append(batch_of(1, 1, 20))
+            reader = store._reader
+            file = reader._index_file(9)
+            position, _, term, size, kind, reserved = RECORD.unpack_from(file.mm, file.offset(9))
+            RECORD.pack_into(file.mm, file.offset(9), position, 10, term, size, kind, reserved)
+            with pytest.raises(CorruptEntry, match="index record for index 9 holds index 10"):
+                store.positions(1, 20)
+            RECORD.pack_into(file.mm, file.offset(9), position, 9, term, 3, kind, reserved)
+            with pytest.raises(
+                CorruptEntry, match="index record for index 9 holds index 9, size 3"
+            ):
+                store.positions(5, 12)
+
     def test_positions_follow_the_blank_record_rule(self, tmp_path: Path) -> None:
         """Each entry starts where entry_position says: every replica computes the same."""
         with open_store(tmp_path) as store:
