@@ -505,53 +505,91 @@ static int contains_any(const unsigned char *data, Py_ssize_t length, PyObject *
     return 0;
 }
 
+/* The queue key (topic, queue_id) of the record shaped last: a batch's messages mostly share
+ * one, so it is made once, not per message. */
+typedef struct {
+    PyObject *key; /* owned, or NULL */
+    const unsigned char *topic;
+    Py_ssize_t topic_length;
+    long queue_id;
+} LastKey;
+
+static PyObject *queue_key(LastKey *last, const Record *r) {
+    if (last->key != NULL && last->queue_id == r->queue_id &&
+        last->topic_length == r->topic_length &&
+        memcmp(last->topic, r->topic, (size_t)r->topic_length) == 0)
+        return last->key;
+    PyObject *topic = PyUnicode_DecodeASCII((const char *)r->topic, r->topic_length, NULL);
+    if (topic == NULL) return NULL;
+    PyObject *queue_id = PyLong_FromLong(r->queue_id);
+    if (queue_id == NULL) {
+        Py_DECREF(topic);
+        return NULL;
+    }
+    PyObject *key = PyTuple_New(2);
+    if (key == NULL) {
+        Py_DECREF(topic);
+        Py_DECREF(queue_id);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(key, 0, topic);
+    PyTuple_SET_ITEM(key, 1, queue_id);
+    Py_XSETREF(last->key, key);
+    last->topic = r->topic;
+    last->topic_length = r->topic_length;
+    last->queue_id = r->queue_id;
+    return key;
+}
+
+/* A new tuple of `type` (a tuple subclass such as Placed) holding `items` (references
+ * stolen, all non-NULL), or NULL: what tuple.__new__(type, items) makes. */
+static PyObject *tuple_of(PyTypeObject *type, Py_ssize_t count, PyObject **items) {
+    PyObject *tuple = type == &PyTuple_Type ? PyTuple_New(count) : type->tp_alloc(type, count);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (tuple == NULL || items[i] == NULL) {
+            for (Py_ssize_t j = i; j < count; j++) Py_XDECREF(items[j]);
+            Py_XDECREF(tuple);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(tuple, i, items[i]);
+    }
+    return tuple;
+}
+
 /* One plain message shaped: its record with both offsets written, next_offsets advanced, its
  * queue key and (index, Placed) appended. 1 done, 0 not plain or offset unknown, -1 error. */
 static int shape_one(PyObject *payload, int64_t physical_offset, long long index,
                      PyObject *next_offsets, PyObject *stop_keys, PyTypeObject *placed_type,
-                     PyObject *shaped, PyObject *keys, PyObject *placed) {
+                     LastKey *last, PyObject *shaped, PyObject *keys, PyObject *placed) {
     Record r;
     if (!read_plain(payload, &r) || contains_any(r.properties, r.properties_length, stop_keys))
         return 0;
-    int done = -1;
-    PyObject *key = NULL, *record = NULL, *next = NULL, *fields = NULL, *args = NULL;
-    PyObject *where = NULL, *pair = NULL;
-    key = Py_BuildValue("(s#l)", (const char *)r.topic, r.topic_length, r.queue_id);
-    if (key == NULL) goto done;
+    PyObject *key = queue_key(last, &r); /* borrowed from `last` */
+    if (key == NULL) return -1;
     PyObject *offset_object = PyDict_GetItemWithError(next_offsets, key); /* borrowed */
-    if (offset_object == NULL) {
-        done = PyErr_Occurred() ? -1 : 0; /* not known here: the caller asks the queue */
-        goto done;
-    }
+    if (offset_object == NULL) return PyErr_Occurred() ? -1 : 0; /* the caller asks the queue */
     long long offset = PyLong_AsLongLong(offset_object);
-    if (offset == -1 && PyErr_Occurred()) goto done;
-    record = PyBytes_FromStringAndSize(PyBytes_AS_STRING(payload), r.size);
-    if (record == NULL) goto done;
+    if (offset == -1 && PyErr_Occurred()) return -1;
+    PyObject *next = PyLong_FromLongLong(offset + 1);
+    if (next == NULL) return -1;
+    int set = PyDict_SetItem(next_offsets, key, next);
+    Py_DECREF(next);
+    if (set < 0) return -1;
+    PyObject *record = PyBytes_FromStringAndSize(PyBytes_AS_STRING(payload), r.size);
+    if (record == NULL) return -1;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(record);
     put_be64(out + 20, (uint64_t)offset);
     put_be64(out + 28, (uint64_t)physical_offset);
-    next = PyLong_FromLongLong(offset + 1);
-    if (next == NULL || PyDict_SetItem(next_offsets, key, next) < 0) goto done;
-    fields = Py_BuildValue("(lLL)", r.queue_id, offset, (long long)physical_offset);
-    if (fields == NULL) goto done;
-    args = PyTuple_Pack(1, fields);
-    if (args == NULL) goto done;
-    where = PyTuple_Type.tp_new(placed_type, args, NULL); /* tuple.__new__(Placed, fields) */
-    if (where == NULL) goto done;
-    pair = Py_BuildValue("(LO)", index, where);
-    if (pair == NULL) goto done;
-    if (PyList_Append(keys, key) < 0 || PyList_Append(placed, pair) < 0 ||
-        PyList_Append(shaped, record) < 0)
-        goto done;
-    done = 1;
-done:
-    Py_XDECREF(key);
-    Py_XDECREF(record);
-    Py_XDECREF(next);
-    Py_XDECREF(fields);
-    Py_XDECREF(args);
+    PyObject *fields[3] = {PyLong_FromLong(r.queue_id), PyLong_FromLongLong(offset),
+                           PyLong_FromLongLong(physical_offset)};
+    PyObject *pair[2] = {PyLong_FromLongLong(index), tuple_of(placed_type, 3, fields)};
+    PyObject *where = tuple_of(&PyTuple_Type, 2, pair);
+    int done = -1;
+    if (where != NULL && PyList_Append(keys, key) == 0 && PyList_Append(placed, where) == 0 &&
+        PyList_Append(shaped, record) == 0)
+        done = 1;
     Py_XDECREF(where);
-    Py_XDECREF(pair);
+    Py_DECREF(record);
     return done;
 }
 
@@ -571,16 +609,17 @@ static PyObject *shape(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     Py_ssize_t n = PyList_GET_SIZE(payloads);
     Py_ssize_t k = start < 0 ? 0 : start;
+    LastKey last = {0};
     for (; k < n; k++) {
         int64_t physical_offset;
-        if (position_at(positions, k, header_bytes, &physical_offset) < 0) return NULL;
+        if (position_at(positions, k, header_bytes, &physical_offset) < 0) break;
         int done = shape_one(PyList_GET_ITEM(payloads, k), physical_offset, first_index + k,
-                             next_offsets, stop_keys, (PyTypeObject *)placed_type, shaped, keys,
-                             placed);
-        if (done < 0) return NULL;
-        if (done == 0) break;
+                             next_offsets, stop_keys, (PyTypeObject *)placed_type, &last, shaped,
+                             keys, placed);
+        if (done <= 0) break;
     }
-    return PyLong_FromSsize_t(k);
+    Py_XDECREF(last.key);
+    return PyErr_Occurred() ? NULL : PyLong_FromSsize_t(k);
 }
 
 /* pack_batch: the records of a batch send whose messages are all plain, or None. */

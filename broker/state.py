@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -126,7 +125,7 @@ class BrokerState:
         # reads the committed record from the log (Broker.placements); the dispatcher keeps no
         # table of its own (one dict put per message on every replica, for the rare forwarded
         # write).
-        self._shaped: OrderedDict[int, Placed] = OrderedDict()
+        self._shaped = RecentPlacements(RECENT_SENDS_MAX)
         # what `shape` read of each message it proposed, for the dispatcher to use instead of
         # reading the record again, by log index: (the record proposed, its fields). Only for
         # the very record object the applier then gets (the log hands back what was appended);
@@ -441,7 +440,7 @@ class BrokerState:
 
     def remember_shaped(self, placed: list[tuple[int, Placed]]) -> None:
         """What the leader assigned to the messages it proposes, by index (see `_shaped`)."""
-        _bounded_update(self._shaped, placed)
+        self._shaped.update(placed)
 
     # --- the leader's half: offsets assigned as messages enter the log (ProposalShaper) ------
 
@@ -626,11 +625,26 @@ class BrokerState:
         return self.store.get_at(physical_offset - HEADER_BYTES).body
 
 
-def _bounded_update(table: OrderedDict[int, Placed], placed: list[tuple[int, Placed]]) -> None:
-    """Remember each (index, placed), forgetting the oldest past RECENT_SENDS_MAX. An
-    OrderedDict, not a dict: a dict whose first item is deleted again and again scans every slot
-    freed at its front to find the next first (until its next resize), ~33 us per put at this
-    bound (docs/decisions.md)."""
-    table.update(placed)
-    while len(table) > RECENT_SENDS_MAX:
-        table.popitem(last=False)
+class RecentPlacements:
+    """Placements by log index, bounded: at least the newest `bound // 2` and at most `bound`.
+    Two dicts, the older dropped whole when the newer fills: a put is one C-level dict update
+    for a whole proposal, with no eviction step per message (an OrderedDict evicted one item
+    a message, a plain dict used as a FIFO scanned its freed slots: docs/decisions.md)."""
+
+    def __init__(self, bound: int) -> None:
+        self._half = max(bound // 2, 1)
+        self._new: dict[int, Placed] = {}
+        self._old: dict[int, Placed] = {}
+
+    def update(self, placed: list[tuple[int, Placed]]) -> None:
+        new = self._new
+        new.update(placed)
+        if len(new) >= self._half:
+            self._old, self._new = new, {}
+
+    def get(self, index: int) -> Placed | None:
+        found = self._new.get(index)
+        return found if found is not None else self._old.get(index)
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)

@@ -26,6 +26,7 @@ from array import array
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
+from itertools import accumulate
 from typing import Any, Protocol
 
 import attrs
@@ -34,6 +35,7 @@ import trio
 from dledger import limits
 from dledger.appends import AppendWaiters, PendingAppend, Waiter
 from dledger.config import NodeConfig
+from dledger.log.entry import BLANK_BYTES_MIN
 from dledger.log.flusher import Flusher
 from dledger.log.layout import StorePaths
 from dledger.log.reader import StoredEntry
@@ -459,18 +461,22 @@ class Node:
             return payloads
         store = self.store
         first = store.last_index + 1
-        positions = []
         position, segment_bytes = store.next_position, store.config.segment_bytes
-        for payload in payloads:
-            size = limits.ENTRY_HEADER_BYTES + len(payload)
-            position = entry_position(position, size, segment_bytes)
-            positions.append(position)
-            position += size
+        sizes = list(map(limits.ENTRY_HEADER_BYTES.__add__, map(len, payloads)))
+        ends = list(accumulate(sizes, initial=position))
+        if position % segment_bytes + ends[-1] - position <= segment_bytes - BLANK_BYTES_MIN:
+            positions = ends[:-1]  # all in this segment, clear of its tail: back to back
+        else:
+            positions = []
+            for size in sizes:
+                position = entry_position(position, size, segment_bytes)
+                positions.append(position)
+                position += size
         try:
             shaped = shaper.shape(first, positions, payloads)
         except ProposalRefused as refusal:
             return refusal
-        assert [len(p) for p in shaped] == [len(p) for p in payloads], "shaping keeps sizes"
+        assert list(map(len, shaped)) == list(map(len, payloads)), "shaping keeps sizes"
         self._shaped_check = (first, positions[0], first + len(positions) - 1, positions[-1])
         return shaped
 

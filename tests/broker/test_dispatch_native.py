@@ -362,7 +362,7 @@ def test_both_shapers_give_the_same_records_and_offsets(
                     shaped,
                     dict(state._next_offsets),
                     list(state._last_shape),
-                    list(state._shaped.items()),
+                    [state._shaped.get(i) for i in range(1, len(payloads) + 1)],
                 )
             )
         finally:

@@ -9,7 +9,6 @@ leader stored it at one of those indexes, and the answer carried the old guess (
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -165,21 +164,20 @@ async def test_a_place_this_replica_cannot_tell_within_the_wait_is_asked_of_the_
     assert client.gets == 1
 
 
-def test_recent_placements_keep_the_newest_and_forget_the_oldest(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # the bound evicts from the front of an OrderedDict: a plain dict made each eviction scan
-    # every slot freed before it (tens of microseconds a message at the real bound)
-    monkeypatch.setattr(state_module, "RECENT_SENDS_MAX", 4)
-    table: OrderedDict[int, Placed] = OrderedDict()
+def test_recent_placements_keep_the_newest_and_forget_the_oldest() -> None:
+    # bounded without a step per put: two generations, the older dropped whole (an OrderedDict
+    # evicted one item a message; a plain dict used as a FIFO scanned its freed slots)
+    table = state_module.RecentPlacements(8)
     for index in range(1, 11):
-        state_module._bounded_update(table, [(index, Placed(0, index, index * 100))])
-    assert list(table) == [7, 8, 9, 10]
-    assert table[10] == Placed(0, 10, 1000)
-    state_module._bounded_update(table, [(9, Placed(1, 9, 900))])  # a re-put replaces in place
-    assert list(table) == [7, 8, 9, 10] and table[9].queue_id == 1
-    state_module._bounded_update(table, [(k, Placed(2, k, k * 100)) for k in range(11, 17)])
-    assert list(table) == [13, 14, 15, 16]  # a run longer than the bound keeps its newest
+        table.update([(index, Placed(0, index, index * 100))])
+        assert min(index, 4) <= len(table) <= 8
+        assert table.get(index) == Placed(0, index, index * 100)  # the newest always held
+    assert [table.get(k) is not None for k in range(1, 11)] == [False] * 4 + [True] * 6
+    table.update([(9, Placed(1, 9, 900))])  # a re-put replaces
+    assert table.get(9) == Placed(1, 9, 900)
+    table.update([(k, Placed(2, k, k * 100)) for k in range(11, 17)])  # a run past half the bound
+    assert all(table.get(k) == Placed(2, k, k * 100) for k in range(11, 17))
+    assert len(table) <= 8 + 6
 
 
 async def test_the_leader_reads_no_record_its_send_handlers_packed(
