@@ -17,7 +17,8 @@ cancelled. `--timed` times the same loop (best of 3) instead.
 Writes bench/results/apply_cost.json (or --out PATH); the last line printed is that JSON.
 (Sessions 9 and 10 counted the entries of a real bench run's log the same way: 118,800 per entry
 before session 9's changes, 97,100 after, 83,000 after session 10's; docs/decisions.md. This
-workload's figure differs from those: its messages go to 8 queues in turn.)
+workload's figure differs from those: its messages go to 8 queues in turn. It was 68,827 before
+session 14 moved the dispatcher's loop to C, 16,649 after.)
 """
 
 from __future__ import annotations
