@@ -1,22 +1,24 @@
-/* broker._dispatch_native: the dispatcher's per-message loop for the usual message, in C.
+/* broker._dispatch_native: the broker's per-message loops for the usual message, in C.
  *
  * Every replica reads every message it applies: the stored-message record's fixed fields, its
  * topic and properties (TAGS, KEYS, UNIQ_KEY), the Java hashes of the tag and of the index keys,
- * then writes one ConsumeQueue unit and an IndexFile item per key. In Python that loop was about
- * half of a follower's CPU per message (docs/decisions.md, "The dispatcher's loop in C"). Two
- * functions do it here; broker/state.py and broker/index_file.py call them and keep everything
- * else (files, rolls, events, the unusual message) in Python:
+ * then writes one ConsumeQueue unit and an IndexFile item per key; the leader also writes each
+ * proposed record's offsets and packs each batch send's records. In Python those loops were
+ * most of the CPU a message cost (docs/decisions.md, "The dispatcher's loop in C"). Four
+ * functions do them here; broker/state.py, broker/index_file.py and broker/send.py call them
+ * and keep everything else (files, rolls, events, refusals, the unusual message) in Python:
  *
  *   scan(payloads, positions, kinds, data_kind, start, header_bytes, special_topics,
  *        stop_keys, items_max) -> (stop, runs, items)
  *
- *     Reads entries start, start+1, ... of an applied batch while each is a message the
- *     Python dispatcher would treat as plain: an entry of kind `data_kind` that is skipped, or
- *     a V1 record with IPv4 hosts whose size, lengths and physical offset hold, an ASCII topic
+ *     Reads entries start, start+1, ... of an applied batch (skipping those not of kind
+ *     `data_kind`) while each is a message the Python dispatcher would treat as plain: a V1
+ *     record with IPv4 hosts whose size, lengths and physical offset hold, an ASCII topic
  *     of RocketMQ's topic characters that is not one of `special_topics`, a non-negative queue
  *     id, properties with none of `stop_keys`, an ASCII TAGS, and ASCII index keys, fewer than
  *     `items_max` of them. It stops at the first entry that is anything else (`stop`; the
- *     caller dispatches that one in Python and calls again after it) or at the end.
+ *     caller dispatches that one in Python and calls again after it) or at the end; with
+ *     `positions` None (not read yet for the batch) it stops at the first record.
  *     `runs`: [(topic, queue_id, first_queue_offset, units)], the ConsumeQueue units (20 bytes
  *     each, big-endian physical offset, size, tag hash) of consecutive queue offsets of one
  *     queue, in the order the queues first appear. A message whose queue offset does not
@@ -57,8 +59,9 @@
  *     messages_max messages, a marker, a record or properties over their bounds): the caller
  *     then runs that path, which names the refusal.
  *
- * The Python dispatcher remains the definition: tests/broker/test_dispatch_native.py holds the
- * files both write to be the same bytes for arbitrary batches.
+ * The Python code remains the definition: tests/broker/test_dispatch_native.py holds each
+ * function to it (the same ConsumeQueue and IndexFile bytes, records, offsets and placements
+ * for arbitrary and damaged input).
  */
 #define _GNU_SOURCE /* memmem */
 #define PY_SSIZE_T_CLEAN
