@@ -158,11 +158,7 @@ class ConsumeQueue:
                     self._drop_last_file()
             self._min = self._max = queue_offset
         assert size > 0 and physical_offset >= 0, (physical_offset, size)
-        write = self._write
-        index = queue_offset - self._write_start
-        if write is None or not 0 <= index < self.units_per_file:
-            write = self._roll(queue_offset - queue_offset % self.units_per_file)
-            index = queue_offset - self._write_start
+        write, index = self._writable(queue_offset)
         UNIT.pack_into(write, index * UNIT.size, physical_offset, size, tag_hash)
         self._max = queue_offset + 1
         self._any_start = False
@@ -178,11 +174,7 @@ class ConsumeQueue:
             done = 1
         while done < count:
             offset = queue_offset + done
-            write = self._write
-            index = offset - self._write_start
-            if write is None or not 0 <= index < self.units_per_file:
-                write = self._roll(offset - offset % self.units_per_file)
-                index = offset - self._write_start
+            write, index = self._writable(offset)
             step = min(count - done, self.units_per_file - index)
             write[index * UNIT.size : (index + step) * UNIT.size] = units[
                 done * UNIT.size : (done + step) * UNIT.size
@@ -191,6 +183,16 @@ class ConsumeQueue:
             self._max = offset + step
             self._any_start = False
             self._unsynced = True
+
+    def _writable(self, queue_offset: int) -> tuple[mmap.mmap, int]:
+        """The mapped file that holds `queue_offset` (rolled to a new one if it is past the
+        file being written) and the unit's number within it."""
+        write = self._write
+        index = queue_offset - self._write_start
+        if write is None or not 0 <= index < self.units_per_file:
+            write = self._roll(queue_offset - queue_offset % self.units_per_file)
+            index = queue_offset - self._write_start
+        return write, index
 
     def _roll(self, start: int) -> mmap.mmap:
         assert not self._starts or start == self._starts[-1] + self.units_per_file, start

@@ -69,18 +69,26 @@ class EntryReader:
             reason = f"index record for index {index} holds index {record[1]}, size {record[3]}"
             raise CorruptEntry(file.label, record[0], reason)
 
-    def records(self, lo: int, hi: int) -> Iterator[Record]:
-        """Checked records lo..hi, fetched a chunk at a time."""
+    def _chunks(self, lo: int, hi: int) -> Iterator[tuple[IndexFile, int, list[Record]]]:
+        """Records lo..hi, unchecked, a chunk at a time: (its file, its first index, records)."""
         index = lo
         while index <= hi:
             file = self._index_file(index)
             stop = min(hi, file.last, index + RECORDS_PER_READ - 1)
             start = file.offset(index)
-            chunk = file.mm[start : file.offset(stop) + RECORD.size]
-            for k, record in enumerate(RECORD.iter_unpack(chunk)):
+            yield (
+                file,
+                index,
+                list(RECORD.iter_unpack(file.mm[start : file.offset(stop) + RECORD.size])),
+            )
+            index = stop + 1
+
+    def records(self, lo: int, hi: int) -> Iterator[Record]:
+        """Checked records lo..hi, fetched a chunk at a time."""
+        for file, index, chunk in self._chunks(lo, hi):
+            for k, record in enumerate(chunk):
                 self._check_record(file, index + k, record)
                 yield record
-            index = stop + 1
 
     def first_index_from(self, position: int, first_index: int, last_index: int) -> int:
         """The first index in first_index..last_index whose entry starts at or after
@@ -122,20 +130,14 @@ class EntryReader:
         this for every applied batch, so the records are checked column by column (C-level
         maps); a chunk that fails is read again record by record for the error."""
         positions: list[int] = []
-        index = lo
-        while index <= hi:
-            file = self._index_file(index)
-            stop = min(hi, file.last, index + RECORDS_PER_READ - 1)
-            start = file.offset(index)
-            chunk = list(RECORD.iter_unpack(file.mm[start : file.offset(stop) + RECORD.size]))
+        for file, index, chunk in self._chunks(lo, hi):
             if (
-                list(map(itemgetter(1), chunk)) != list(range(index, stop + 1))
+                list(map(itemgetter(1), chunk)) != list(range(index, index + len(chunk)))
                 or min(map(itemgetter(3), chunk)) < limits.ENTRY_HEADER_BYTES
             ):
                 for k, record in enumerate(chunk):
                     self._check_record(file, index + k, record)  # raises for the first bad one
             positions += map(itemgetter(0), chunk)
-            index = stop + 1
         return positions
 
     def read(self, lo: int, hi: int, bytes_max: int) -> EntryBatch:
