@@ -31,7 +31,7 @@ def index_put(
     end_timestamp_ms: int,
     end_phy_offset: int,
     /,
-) -> tuple[int, int, int, int, int, int, int, int]: ...
+) -> tuple[int, int, int, int, int, int, int]: ...
 def shape(
     payloads: list[bytes],
     positions: list[int],

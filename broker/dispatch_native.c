@@ -30,7 +30,7 @@
  *   index_put(mm, items, at, slot_count, item_count, index_count, hash_slot_count,
  *             begin_timestamp, begin_phy_offset, end_timestamp, end_phy_offset)
  *     -> (at, index_count, hash_slot_count, begin_timestamp, begin_phy_offset,
- *         end_timestamp, end_phy_offset, put)
+ *         end_timestamp, end_phy_offset)
  *
  *     Puts the items of whole messages from item `at` on into one mapped IndexFile as
  *     IndexFile.put does, skipping a message at or before end_phy_offset (a replay) and
@@ -130,6 +130,17 @@ static uint32_t index_key_hash(uint32_t h) {
     return (uint32_t)(s < 0 ? -s : s);
 }
 
+
+/* Whether `data` equals one of the bytes objects in the tuple `names`. */
+static int equals_any(const unsigned char *data, Py_ssize_t length, PyObject *names) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == length &&
+            memcmp(PyBytes_AS_STRING(name), data, (size_t)length) == 0)
+            return 1;
+    }
+    return 0;
+}
 
 /* The fields of a stored-message record as read_dispatch's fast path reads them: a V1 record
  * with IPv4 hosts whose size is the payload's length and whose body, topic and properties
@@ -294,14 +305,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         PyObject *payload = PyList_GET_ITEM(payloads, k);
         Record r;
         if (!read_plain(payload, &r)) break;
-        int special = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(special_topics); i++) {
-            PyObject *name = PyTuple_GET_ITEM(special_topics, i);
-            if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == r.topic_length &&
-                memcmp(PyBytes_AS_STRING(name), r.topic, (size_t)r.topic_length) == 0)
-                special = 1;
-        }
-        if (special) break;
+        if (equals_any(r.topic, r.topic_length, special_topics)) break;
         const unsigned char *topic = r.topic;
         Py_ssize_t topic_length = r.topic_length;
         long queue_id = r.queue_id;
@@ -330,12 +334,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
                     keys = value;
                 else if (key_is(p, key_length, "UNIQ_KEY"))
                     uniq = value;
-                for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stop_keys); i++) {
-                    PyObject *name = PyTuple_GET_ITEM(stop_keys, i);
-                    if (PyBytes_Check(name) && PyBytes_GET_SIZE(name) == key_length &&
-                        memcmp(PyBytes_AS_STRING(name), p, (size_t)key_length) == 0)
-                        stop = 1;
-                }
+                if (equals_any(p, key_length, stop_keys)) stop = 1;
             }
             if (sep == NULL) break;
             p = sep + 1;
@@ -429,7 +428,6 @@ static PyObject *index_put(PyObject *Py_UNUSED(self), PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t total = items.len / (Py_ssize_t)sizeof(Item);
-    long long put = 0;
     int64_t items_at = INDEX_HEADER_BYTES + slot_count * INDEX_SLOT_BYTES;
     if (slot_count < 1 || item_count < 2 || items.len % (Py_ssize_t)sizeof(Item) != 0 ||
         items_at + item_count * INDEX_ITEM_BYTES > mm.len || at < 0 || index_count < 1) {
@@ -485,12 +483,11 @@ static PyObject *index_put(PyObject *Py_UNUSED(self), PyObject *args) {
             index_count = number + 1;
             end_phy = item->physical_offset;
             end_ms = item->store_timestamp;
-            put++;
         }
         at += count;
     }
-    result = Py_BuildValue("(nLLLLLLL)", at, index_count, hash_slot_count, begin_ms, begin_phy,
-                           end_ms, end_phy, put);
+    result = Py_BuildValue("(nLLLLLL)", at, index_count, hash_slot_count, begin_ms, begin_phy,
+                           end_ms, end_phy);
 done:
     PyBuffer_Release(&mm);
     PyBuffer_Release(&items);

@@ -190,7 +190,6 @@ class IndexFile:
             self.begin_phy_offset,
             self.end_timestamp_ms,
             self.end_phy_offset,
-            _,
         ) = native.index_put(
             self._mm,
             items,

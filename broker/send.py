@@ -305,7 +305,7 @@ def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -
     cluster_pair = _cluster_property(broker.config.cluster)
     if batch and native is not None and not prepared_flag:  # all plain: packed in C
         packed = _pack_plain_batch(
-            broker, header, config.name, queue_id, request.body, born_host, now_ms
+            broker, header, config.name, queue_id, request.body, born_host, now_ms, cluster_pair
         )
         if packed is not None:
             records, first_properties = packed
@@ -394,6 +394,7 @@ def _pack_plain_batch(
     body: bytes,
     born_host: tuple[str, int],
     now_ms: int,
+    cluster_pair: bytes,
 ) -> tuple[list[bytes], bytes] | None:
     """A batch's records and its first message's properties as `_prepare`'s loop makes them
     for plain messages, packed by the C half (broker/dispatch_native.c, pack_batch); None when
@@ -418,7 +419,7 @@ def _pack_plain_batch(
         body,
         template[:head_bytes],
         topic_part,
-        _cluster_property(broker.config.cluster),
+        cluster_pair,
         _SPECIAL_MARKERS,
         min(limits.STORED_MESSAGE_BYTES_MAX, broker.config.message_bytes_max),
         limits.PROPERTIES_BYTES_MAX,
