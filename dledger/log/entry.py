@@ -103,17 +103,14 @@ def encode_run(
     return b"".join(pieces)
 
 
-def write_entry(
-    buf: mmap.mmap, offset: int, index: int, term: int, position: int, kind: int, body: bytes
-) -> int:
-    """Write one entry straight into `buf` at `offset`; returns its size. The single-entry
-    append path: the same bytes as encode_run, without building a run."""
+def entry_pieces(
+    index: int, term: int, position: int, kind: int, body: bytes
+) -> tuple[bytes, bytes, bytes]:
+    """One entry as its three pieces (header, header CRC, body): the single-entry append
+    path writes them with one pwritev, the same bytes as encode_run without building a run."""
     size = HEADER.size + len(body)
     covered = HEADER_COVERED.pack(ENTRY_MAGIC, size, index, term, position, kind, 0, crc32(body))
-    buf[offset : offset + HEADER_CRC_BYTES] = covered
-    CRC.pack_into(buf, offset + HEADER_CRC_BYTES, crc32(covered))
-    buf[offset + HEADER.size : offset + size] = body
-    return size
+    return covered, CRC.pack(crc32(covered)), body
 
 
 def encode_entry(index: int, term: int, position: int, kind: int, body: bytes) -> bytes:

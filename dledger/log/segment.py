@@ -2,9 +2,10 @@
 
 Segment k holds positions [k * segment_bytes, (k+1) * segment_bytes); a file shorter than that
 (created but never extended, or cut by a crash) reads as zeros past its end, so opening one
-extends it to full size first. Writes go through the mapping; durability comes from
-os.fdatasync on the file descriptor, which releases the GIL (mmap.flush does not), and on
-Linux covers pages dirtied through the mapping.
+extends it to full size first. Appends are written with pwrite (`write_at`) and reads go
+through the mapping (on Linux both are the file's page cache); the rare writes that zero a
+range (truncation) go through the mapping. Durability comes from os.fdatasync on the file
+descriptor, which releases the GIL (mmap.flush does not) and covers both kinds of writes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import errno
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 from dledger import limits
@@ -81,6 +82,19 @@ def nonzero_end(fd: int, start: int, end: int) -> int:
     return last
 
 
+def write_at(fd: int, pieces: Sequence[bytes], offset: int) -> None:
+    """Write `pieces` back to back at `offset` of file `fd`, every byte: a short write (a disk
+    filling up) is followed by another, which raises the kernel's error (ENOSPC)."""
+    written = os.pwritev(fd, pieces, offset)
+    total = sum(map(len, pieces))
+    if written < total:
+        rest = memoryview(b"".join(pieces))[written:]
+        while rest:
+            done = os.pwrite(fd, rest, offset + written)
+            written += done
+            rest = rest[done:]
+
+
 def _written_length(chunk: bytes) -> int:
     """Length of `chunk` up to its last non-zero byte. Comparing with zeros is a memcmp;
     bytes.rstrip walks byte by byte, so it only runs on the last non-zero piece."""
@@ -145,20 +159,6 @@ class Segment:
 
     def __repr__(self) -> str:
         return f"Segment({self.label})"
-
-
-def populate(fd: int, size: int, *, stop: Callable[[], bool] = lambda: False) -> None:
-    """Bring a new file's pages into the page cache (blocking, GIL released: for a worker
-    thread). Writing through a mapping then costs a minor fault per page instead of an
-    allocation; on a VM, the first touch of guest memory can cost a host fault as well.
-    `stop()` is asked before each chunk: true ends the loading early (the file is gone)."""
-    buffer = bytearray(ZERO_CHUNK_BYTES)
-    position = 0
-    while position < size and not stop():
-        read = os.preadv(fd, [buffer], position)
-        if read <= 0:
-            break
-        position += read
 
 
 def allocate(fd: int, size: int, *, preallocate: bool) -> None:

@@ -2,23 +2,23 @@
 
 The append path is the hot path of the whole broker, so it works on runs of entries, not on
 entries: one placement pass (`accumulate` plus a `bisect` where a segment ends), one encoded
-buffer copied into the mapping per run, one buffer of index records per index file. Each step
-is a C-level map; the Python bytecode per entry is a few list slots.
+buffer written with one pwrite per run, one buffer of index records per index file. Each step
+is a C-level map; the Python bytecode per entry is a few list slots. Reads go through the
+files' mappings, which on Linux show what pwrite wrote (one page cache).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from bisect import bisect_right
 from collections.abc import Sequence
 from itertools import accumulate, islice, repeat
 
 from dledger.log.durability import Durability
-from dledger.log.entry import BLANK_BYTES_MIN, encode_blank, encode_run, write_entry
+from dledger.log.entry import BLANK_BYTES_MIN, encode_blank, encode_run, entry_pieces
 from dledger.log.index_file import RECORD, IndexFile, IndexFiles
 from dledger.log.layout import StorePaths, index_label, segment_label
-from dledger.log.segment import Segment, SegmentFiles, populate, zero
+from dledger.log.segment import Segment, SegmentFiles, write_at, zero
 from dledger.log.state_file import fsync_dir
 from dledger.raft.entries import EntryBatch
 
@@ -81,10 +81,9 @@ class LogWriter:
         if end > self.segment_bytes - BLANK_BYTES_MIN and end != self.segment_bytes:
             return False
         term, kind = batch.terms[0], batch.kinds[0]
-        write_entry(segment.mm, offset, index, term, position, kind, batch.payloads[0])
-        RECORD.pack_into(
-            file.mm, (index - file.first) * RECORD.size, position, index, term, size, kind, 0
-        )
+        write_at(segment.fd, entry_pieces(index, term, position, kind, batch.payloads[0]), offset)
+        record = RECORD.pack(position, index, term, size, kind, 0)
+        write_at(file.fd, (record,), (index - file.first) * RECORD.size)
         durability = self.durability
         durability.dirty.add(segment)
         durability.dirty.add(file)
@@ -107,9 +106,7 @@ class LogWriter:
         if fitting == 0:  # the next entry starts the next segment: blank out this one's tail
             offset = self.write_position - segment.base
             assert offset, (sizes[lo], self.segment_bytes)  # the store checked that all fit
-            segment.mm[offset : offset + BLANK_BYTES_MIN] = encode_blank(
-                limit - self.write_position
-            )
+            write_at(segment.fd, (encode_blank(limit - self.write_position),), offset)
             durability.dirty.add(segment)
             durability.dirty_bytes += BLANK_BYTES_MIN
             self.write_position = limit
@@ -124,8 +121,7 @@ class LogWriter:
             positions = ends[:fitting]
         first_index = batch.first_index + lo
         data = encode_run(first_index, terms, kinds, payloads, positions, run_sizes)
-        offset = self.write_position - segment.base
-        segment.mm[offset : offset + len(data)] = data
+        write_at(segment.fd, (data,), self.write_position - segment.base)
         self._write_records(first_index, positions, terms, run_sizes, kinds)
         durability.dirty.add(segment)
         durability.dirty_bytes += len(data)
@@ -167,8 +163,7 @@ class LogWriter:
                     repeat(0, take),
                 )
             )
-            offset = file.offset(index)
-            file.mm[offset : offset + len(records)] = records
+            write_at(file.fd, (records,), file.offset(index))
             self.durability.dirty.add(file)
             self.durability.dirty_bytes += len(records)
             done += take
@@ -200,8 +195,8 @@ class LogWriter:
 
     def _prepare_target(self) -> int | None:
         """The segment to prepare: the one holding the write position if it does not exist
-        yet, else the next one once the current one is half written (preparing maps and
-        populates a whole segment, so it waits until the log is on its way there)."""
+        yet, else the next one once the current one is half written (preparing reserves a
+        whole segment's blocks, so it waits until the log is on its way there)."""
         base = self.segments.base_of(self.write_position)
         if base not in self.segments:
             return base
@@ -221,14 +216,12 @@ class LogWriter:
 
     def prepare_next_segment(self) -> None:
         """Blocking, for a worker thread: create (and preallocate) the segment the log rolls
-        into next, then bring its pages into the page cache.
+        into next, so the append that reaches it does not pay for the open, the fallocate
+        and the mmap (about a millisecond for 1 GiB) on the event loop.
 
-        Only the creation (open, fallocate, mmap: about a millisecond for 1 GiB) holds
-        `_prepare_lock`, which the append path takes to roll over. The segment is offered to
-        the writer as soon as it exists, and the page loading (0.1-2 s for 1 GiB on a VM) runs
-        after the lock is released, on a duplicate descriptor, stopping early once the segment
-        is closed. An append that reaches the segment meanwhile takes it as it is: its first
-        touch of a page not yet loaded costs a fault, never a wait for the whole file.
+        Its pages are not read in ahead: appends write with pwrite, which allocates page cache
+        as it goes, and on this VM that costs a tenth of faulting fresh pages in through the
+        mapping (docs/decisions.md, "Appends by pwrite, not through the mapping").
         """
         with self._prepare_lock:
             if self._closed:
@@ -244,13 +237,9 @@ class LogWriter:
             if target in self.segments:
                 return
             path = self.paths.segment(target)
-            segment = Segment.create(path, target, self.segment_bytes, preallocate=self.preallocate)
-            self._prepared = segment
-            loader = os.dup(segment.fd)
-        try:
-            populate(loader, self.segment_bytes, stop=lambda: segment.fd < 0)
-        finally:
-            os.close(loader)
+            self._prepared = Segment.create(
+                path, target, self.segment_bytes, preallocate=self.preallocate
+            )
 
     # --- truncating and deleting ------------------------------------------------------------
 

@@ -4,19 +4,17 @@ index, checkpoint, segment preparation, reset, and the bound on open files."""
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
 import pytest
 
 from dledger import limits
-from dledger.log import writer as writer_module
 from dledger.log.errors import CorruptEntry, IndexOutOfRange, StoreLocked
 from dledger.log.index_file import RECORD
 from dledger.log.meta import Checkpoint
-from dledger.log.segment import ZERO_CHUNK_BYTES, entry_position, populate
+from dledger.log.segment import entry_position, write_at
 from dledger.log.store import FlushPolicy, StoreConfig
 from dledger.raft.entries import EntryBatch, EntryId, EntryKind, LogStart
 from tests.log.helpers import SMALL, TINY, batch_of, body, open_store, segment_files
@@ -244,66 +242,42 @@ class TestPrepare:
             assert store.segment_prepare_due  # and the one after it is next
             assert [store.get(i).body for i in (2, 3)] == [body(2, 1, 3000), body(3, 1, 3000)]
 
-    def test_rolling_over_does_not_wait_for_the_pages_to_load(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    def test_the_flush_after_rolling_into_a_prepared_segment_syncs_its_name(
+        self, tmp_path: Path
     ) -> None:
-        """Regression: preparation held the lock the append path takes to roll over while it
-        loaded the whole segment into the page cache (0.1-2.3 s for 1 GiB here), so an append
-        reaching the segment early stalled the event loop for that long. Now the segment is
-        offered once created and an append takes it while its pages are still loading."""
-        loading, release = threading.Event(), threading.Event()
-        stops: list[Callable[[], bool]] = []
-
-        def held_populate(fd: int, size: int, *, stop: Callable[[], bool] = lambda: False) -> None:
-            stops.append(stop)
-            loading.set()
-            release.wait(DEADLINE_S)
-
-        monkeypatch.setattr(writer_module, "populate", held_populate)
-        store = open_store(tmp_path)
-        preparer = threading.Thread(target=store.prepare_next_segment)
-        try:
+        with open_store(tmp_path) as store:
             store.append(batch_of(1, 1, 1, size=2100))  # past half of the segment
-            preparer.start()
-            assert loading.wait(DEADLINE_S)
-            prepared = segment_files(tmp_path)[1].stat().st_ino
-            appender = threading.Thread(target=store.append, args=(batch_of(2, 1, 1, size=3000),))
-            appender.start()
-            appender.join(DEADLINE_S)
-            assert not appender.is_alive(), "the roll-over waited for the pages to load"
-            assert store.last_index == 2 and store.get(2).body == body(2, 1, 3000)
-            assert segment_files(tmp_path)[1].stat().st_ino == prepared
-            assert not stops[0]()  # the loading goes on while the segment is open
-            ticket = store.begin_flush()  # the flush covering entry 2 syncs the segment's name
+            store.prepare_next_segment()
+            ticket = store.begin_flush()
+            assert ticket is not None
+            ticket.run()
+            store.complete_flush(ticket)
+            store.append(batch_of(2, 1, 1, size=3000))  # rolls into the prepared segment
+            ticket = store.begin_flush()
             assert ticket is not None and segment_files(tmp_path)[1].parent in ticket.directories
             ticket.run()
             store.complete_flush(ticket)
-            store.close()
-            assert stops[0]()  # and stops once it is closed
-        finally:
-            release.set()
-            preparer.join(DEADLINE_S)
-            store.abandon()
         with open_store(tmp_path) as store:
             assert store.last_index == 2 and store.get(2).body == body(2, 1, 3000)
 
-    def test_populate_asks_stop_before_each_chunk(self, tmp_path: Path) -> None:
+    def test_a_short_write_goes_on_where_it_stopped(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """pwritev may take part of what it is given (a disk filling up); write_at writes the
+        rest, and the next call raises the kernel's error."""
+        real_pwritev = os.pwritev
+
+        def short_pwritev(fd: int, buffers: Sequence[bytes], offset: int) -> int:
+            return real_pwritev(fd, [b"".join(buffers)[:5]], offset)
+
+        monkeypatch.setattr(os, "pwritev", short_pwritev)
         path = tmp_path / "file"
-        path.write_bytes(bytes(4 * ZERO_CHUNK_BYTES))
-        answers = iter([False, False, True])
-        asked = 0
-
-        def stop() -> bool:
-            nonlocal asked
-            asked += 1
-            return next(answers)
-
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT)
         try:
-            populate(fd, 4 * ZERO_CHUNK_BYTES, stop=stop)
+            write_at(fd, (b"0123456789", b"abc"), 3)
         finally:
             os.close(fd)
-        assert asked == 3  # two chunks read, then told to stop
+        assert path.read_bytes() == b"\0\0\0" + b"0123456789abc"
 
     def test_prepared_segment_left_by_a_crash_is_removed(self, tmp_path: Path) -> None:
         store = open_store(tmp_path)
