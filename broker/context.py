@@ -82,13 +82,13 @@ class Broker:
 
     async def placements(self, first: int, last: int, *, shaped_here: bool) -> list[Placed]:
         """Where the committed messages first..last landed (queue and physical offsets).
-        `shaped_here`: this replica committed them as leader (see BrokerState.placed)."""
+        `shaped_here`: this replica committed them as leader (see BrokerState.placed_range)."""
+        known = self.state.placed_range(first, last, shaped_here=shaped_here)
+        if None not in known:
+            return known  # type: ignore[return-value]  # no None in it
         placed: list[Placed] = []
-        for index in range(first, last + 1):
-            p = self.state.placed(index, shaped_here=shaped_here)
-            if p is None:
-                p = await self._read_placement(index)
-            placed.append(p)
+        for index, p in enumerate(known, first):
+            placed.append(p if p is not None else await self._read_placement(index))
         return placed
 
     async def _read_placement(self, index: int) -> Placed:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import random
 import re
 import struct
@@ -66,7 +67,7 @@ from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import BadProperty, HeaderFieldError, MessageFormatError, PropertiesTooLong
 from remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
-from remoting.message_id import offset_msg_ids
+from remoting.message_id import offset_msg_ids_text
 from remoting.stored_message import new_tuple
 
 log = logging.getLogger("broker.send")
@@ -435,6 +436,9 @@ def _plain(properties: bytes) -> bool:
     return _SPECIAL_MARKER.search(properties) is None
 
 
+_PHYSICAL_OFFSET = operator.attrgetter("physical_offset")  # of a Placed, in C
+
+
 @functools.lru_cache(maxsize=16)
 def _cluster_property(cluster: str) -> bytes:
     """The CLUSTER pair the broker adds to a message that has none (one broker: one value)."""
@@ -458,7 +462,7 @@ async def _answer(
         ) from err
     uniq = props.find(prepared.first_properties, b"UNIQ_KEY") if prepared.halves else None
     response = SendMessageResponseHeader(
-        msg_id=",".join(offset_msg_ids(store_host, [p.physical_offset for p in placed])),
+        msg_id=offset_msg_ids_text(store_host, list(map(_PHYSICAL_OFFSET, placed))),
         queue_id=queue_id,
         queue_offset=placed[0].queue_offset,
         transaction_id=uniq.decode(errors="replace") if uniq else None,

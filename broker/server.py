@@ -32,7 +32,7 @@ from broker.transaction_check import run_checks
 from broker.writes import WritePath
 from dledger.client import open_client
 from dledger.exceptions import operator_error
-from dledger.hosting import host_node
+from dledger.hosting import host_node, settle_heap
 from dledger.log.store import LogStore
 from dledger.node import Node
 from remoting.dispatch import Dispatcher
@@ -100,6 +100,7 @@ async def serve_until_signal(config: BrokerConfig) -> None:
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             await nursery.start(serve, config)
+            settle_heap()
             async for signum in signals:
                 log.info("stopping on %s", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()

@@ -593,11 +593,14 @@ class BrokerState:
         """Return once a message for a schedule queue is applied (the caller bounds the wait)."""
         await self._schedule_arrival.wait()
 
-    def placed(self, index: int, *, shaped_here: bool) -> Placed | None:
-        """Where the message at `index` landed, if this replica remembers it: `shaped_here`, it
-        proposed the message as leader and saw it commit in that term, so its own assignment
-        holds. Otherwise (a write forwarded to the leader) None: the committed record says."""
-        return self._shaped.get(index) if shaped_here else None
+    def placed_range(self, first: int, last: int, *, shaped_here: bool) -> list[Placed | None]:
+        """Where the messages at first..last landed, for each one this replica remembers:
+        `shaped_here`, it proposed them as leader and saw them commit in that term, so its own
+        assignment holds. Otherwise (a write forwarded to the leader) None for each: the
+        committed record says. Looked up in C-level steps (a batch's answer)."""
+        if not shaped_here:
+            return [None] * (last - first + 1)
+        return self._shaped.get_range(first, last)
 
     async def wait_arrival(self, topic: str, queue_id: int) -> None:
         """Return once a message for (topic, queue_id) is applied (the caller bounds the wait)."""
@@ -645,6 +648,14 @@ class RecentPlacements:
     def get(self, index: int) -> Placed | None:
         found = self._new.get(index)
         return found if found is not None else self._old.get(index)
+
+    def get_range(self, first: int, last: int) -> list[Placed | None]:
+        """get() of each index first..last."""
+        indexes = range(first, last + 1)
+        found = list(map(self._new.get, indexes))
+        if None in found:  # some in the older dict (or in neither)
+            found = list(map(self.get, indexes))
+        return found
 
     def __len__(self) -> int:
         return len(self._new) + len(self._old)

@@ -8,17 +8,33 @@ dledger/service.py serves. The listener is the embedder's to replace: tests pass
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable
 from functools import partial
 
 import trio
 
+from dledger import limits
 from dledger.node import Node
 from dledger.service import Service
 
 Handler = Callable[[trio.abc.Stream], Awaitable[None]]
 # Serves `handler` on the node's address until cancelled; `started` with the bound listeners.
 Serve = Callable[..., Awaitable[object]]
+
+
+def settle_heap() -> None:
+    """Once a server process serves: what start-up built (modules, configuration, recovered
+    state) is moved out of the collector's sight (`gc.freeze`), and a young collection runs
+    every GC_YOUNG_ALLOCATIONS container allocations instead of every 700. Under load each
+    request allocates hundreds of short-lived tuples and lists, nearly all freed by reference
+    counting, so the default threshold ran a collection every few requests, and the older
+    generations it reached walked the whole start-up heap: ~5 % of a loaded leader's CPU
+    (docs/decisions.md, "The collector, tuned for a server"). Cycles still get collected."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(limits.GC_YOUNG_ALLOCATIONS, older, oldest)
 
 
 async def serve_tcp(

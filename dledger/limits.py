@@ -65,6 +65,7 @@ MAINTENANCE_INTERVAL_S = 0.25  # expiring appends, checkpoints: due times are ch
 RETENTION_INTERVAL_S = 60.0  # old segments are looked for this often
 APPEND_TIMEOUT_MS_DEFAULT = 30_000  # a waiting append is answered OUTCOME_UNKNOWN after this
 CHECKPOINT_INTERVAL_MS_DEFAULT = 1000  # commit and applied index are written this often
+GC_YOUNG_ALLOCATIONS = 20_000  # a serving process's young collection runs this often (not 700)
 
 # --- time (the core counts ticks; the node turns ticks into milliseconds) -----------------------
 TICK_MS_DEFAULT = 10

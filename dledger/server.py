@@ -21,7 +21,7 @@ import trio
 from dledger import limits
 from dledger.config import ConfigError, NodeConfig, parse_peers, raft_config_from_ms
 from dledger.exceptions import operator_error
-from dledger.hosting import host_node
+from dledger.hosting import host_node, settle_heap
 from dledger.log.store import FlushPolicy, LogStore, StoreConfig
 from dledger.node import Node
 
@@ -155,6 +155,7 @@ async def serve(
             listeners = await nursery.start(partial(host_node, node))
             addresses = ", ".join(str(listener.socket.getsockname()[:2]) for listener in listeners)
             log.info("%s of group %s serving on %s", config.self_id, config.group, addresses)
+            settle_heap()
             task_status.started(node)
 
 

@@ -31,7 +31,7 @@ class RecentAppends:
         since: then what is held no longer precedes it and is dropped)."""
         if not len(batch):
             return
-        if not all(type(p) is bytes for p in batch.payloads):
+        if set(map(type, batch.payloads)) != {bytes}:
             self.clear()  # a mutable buffer could change under us: such entries are read back
             return
         batches = self._batches

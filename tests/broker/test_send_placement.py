@@ -92,8 +92,8 @@ class BehindItsLeader:
         assert index == 3145 and index <= self.commit_index, "read before it is known committed"
         return SimpleNamespace(body=self._record)
 
-    def placed(self, index: int, *, shaped_here: bool) -> Placed | None:
-        return None  # not applied: nothing remembered
+    def placed_range(self, first: int, last: int, *, shaped_here: bool) -> list[Placed | None]:
+        return [None] * (last - first + 1)  # not applied: nothing remembered
 
     async def wait_applied(self, index: int) -> None:
         while self.applied_index < index:
@@ -178,6 +178,9 @@ def test_recent_placements_keep_the_newest_and_forget_the_oldest() -> None:
     table.update([(k, Placed(2, k, k * 100)) for k in range(11, 17)])  # a run past half the bound
     assert all(table.get(k) == Placed(2, k, k * 100) for k in range(11, 17))
     assert len(table) <= 8 + 6
+    # a range reads as get() of each index, across both generations and past what is held
+    assert table.get_range(1, 18) == [table.get(k) for k in range(1, 19)]
+    assert table.get_range(11, 16) == [Placed(2, k, k * 100) for k in range(11, 17)]
 
 
 async def test_the_leader_reads_no_record_its_send_handlers_packed(

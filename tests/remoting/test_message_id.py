@@ -15,6 +15,7 @@ from remoting.message_id import (
     month_start_ms,
     offset_msg_id,
     offset_msg_ids,
+    offset_msg_ids_text,
     parse_offset_msg_id,
     parse_uniq_id,
     uniq_id_time_ms,
@@ -45,6 +46,7 @@ def test_offset_msg_id_round_trip(ip: str, port: int, position: int) -> None:
 def test_a_batchs_ids_are_each_records_id(ip: str, port: int, positions: list[int]) -> None:
     host = (ip, port)
     assert offset_msg_ids(host, positions) == [offset_msg_id(host, p) for p in positions]
+    assert offset_msg_ids_text(host, positions) == ",".join(offset_msg_ids(host, positions))
     assert [parse_offset_msg_id(t) for t in offset_msg_ids(host, positions)] == [
         (host, p) for p in positions
     ]
