@@ -28,6 +28,8 @@ Host = tuple[str, int]
 _PORT_POSITION = struct.Struct(">iq")
 _PORT = struct.Struct(">i")
 _POSITION = struct.Struct(">q")
+_SINCE_COUNTER = struct.Struct(">iH")  # a UNIQ_KEY's last fields: ms since month start, counter
+_SINCE = struct.Struct(">i")
 _UNIQ_TAIL = struct.Struct(">hiIH")  # pid, salt, ms since month start, counter
 _HEX = frozenset("0123456789abcdefABCDEF")
 
@@ -146,7 +148,21 @@ class UniqIdGenerator:
         return cls(ip=ip, pid=os.getpid(), salt=int.from_bytes(os.urandom(4), "big", signed=True))
 
     def next_id(self) -> str:
-        now = self.clock_ms()
+        since = self._since_month_start(self.clock_ms())
+        counter = self._counter & 0xFFFF
+        self._counter += 1
+        return self._prefix + _SINCE_COUNTER.pack(since, counter).hex().upper()
+
+    def next_ids(self, count: int) -> list[str]:
+        """`count` ids as next_id makes them one after another within one millisecond (a
+        batch's messages), in C-level steps: one clock read, the shared part made once."""
+        since = self._since_month_start(self.clock_ms())
+        first = self._counter
+        self._counter += count
+        head = self._prefix + _SINCE.pack(since).hex().upper()
+        return [head + "%04X" % (counter & 0xFFFF) for counter in range(first, first + count)]
+
+    def _since_month_start(self, now: int) -> int:
         if now >= self._next_month_start_ms or self._month_start_ms < 0:
             self._month_start_ms = month_start_ms(now, self.tz)
             next_start = datetime.datetime.fromtimestamp(self._month_start_ms // 1000, self.tz)
@@ -155,9 +171,7 @@ class UniqIdGenerator:
         since = _int32(now - self._month_start_ms)
         if -1_000_000 < since < 0:  # the clock stepped back (NTP): as Java, clamp to 0
             since = 0
-        counter = self._counter & 0xFFFF
-        self._counter += 1
-        return self._prefix + struct.pack(">iH", since, counter).hex().upper()
+        return since
 
 
 def _int16(value: int) -> int:

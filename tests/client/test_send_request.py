@@ -6,11 +6,20 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client import validation
 from client.errors import InvalidMessage
 from client.message import Message, MessageQueue
-from client.send_request import prepare, prepare_batches, request, stored_result
+from client.send_request import (
+    _plain_records,
+    prepare,
+    prepare_batches,
+    prepare_record,
+    request,
+    stored_result,
+)
 from client.send_result import SendStatus
 from client.validation import check_topic
 from remoting import properties as props
@@ -79,3 +88,45 @@ def test_a_refused_topic_is_refused_every_time_and_a_good_one_remembered() -> No
     check_topic("GoodTopic")
     check_topic("GoodTopic")
     assert "GoodTopic" in validation._TOPICS_SEEN and "bad topic" not in validation._TOPICS_SEEN
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.binary(min_size=1, max_size=300), st.integers(-(2**31), 2**31 - 1)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(["10.0.0.7", "fe80::1"]),
+    st.integers(0, 2**16 + 5),
+)
+def test_plain_batches_are_packed_as_each_message_would_be(
+    found: list[tuple[bytes, int]], ip: str, counter: int
+) -> None:
+    """A batch of messages without properties, tags or keys is made in C-level steps over
+    the batch; it must give prepare_record's records, the splitter's sizes and next_id's ids
+    (across a counter wrap too)."""
+    messages = [Message("Topic-x", body, flag=flag) for body, flag in found]
+    fast, slow = (
+        UniqIdGenerator(ip=ip, pid=77, salt=5, clock_ms=lambda: 1_700_000_000_000) for _ in range(2)
+    )
+    fast._counter = slow._counter = counter
+    records, sizes, keys = _plain_records("Topic-x", messages, fast)
+    assert keys == [slow.next_id() for _ in messages]
+    assert records == [prepare_record(m, k)[0] for m, k in zip(messages, keys, strict=True)]
+    assert sizes == [prepare_record(m, k)[1] for m, k in zip(messages, keys, strict=True)]
+    (outgoing,) = prepare_batches(messages, fast)  # and the whole batch, with the next ids
+    assert outgoing.uniq_key == ",".join(slow.next_id() for _ in messages)
+    assert outgoing.body == b"".join(
+        prepare_record(m, k)[0] for m, k in zip(messages, outgoing.uniq_key.split(","), strict=True)
+    )
+
+
+def test_a_batch_with_any_property_tag_or_key_is_made_message_by_message() -> None:
+    messages = [Message("T", b"1"), Message("T", b"2", tags="A"), Message("T", b"3")]
+    (outgoing,) = prepare_batches(messages, IDS)
+    keys = outgoing.uniq_key.split(",")
+    assert outgoing.body == b"".join(
+        prepare_record(m, k)[0] for m, k in zip(messages, keys, strict=True)
+    )
+    assert b"TAGS\x01A\x02" in outgoing.body
