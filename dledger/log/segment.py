@@ -84,13 +84,16 @@ def nonzero_end(fd: int, start: int, end: int) -> int:
 
 def write_at(fd: int, pieces: Sequence[bytes], offset: int) -> None:
     """Write `pieces` back to back at `offset` of file `fd`, every byte: a short write (a disk
-    filling up) is followed by another, which raises the kernel's error (ENOSPC)."""
+    filling up) is followed by another, which raises the kernel's error (ENOSPC). A write that
+    takes nothing without an error raises ENOSPC itself rather than trying forever."""
     written = os.pwritev(fd, pieces, offset)
     total = sum(map(len, pieces))
     if written < total:
         rest = memoryview(b"".join(pieces))[written:]
         while rest:
             done = os.pwrite(fd, rest, offset + written)
+            if done <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             written += done
             rest = rest[done:]
 

@@ -3,6 +3,7 @@ index, checkpoint, segment preparation, reset, and the bound on open files."""
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -260,6 +261,17 @@ class TestPrepare:
         with open_store(tmp_path) as store:
             assert store.last_index == 2 and store.get(2).body == body(2, 1, 3000)
 
+    def test_prepared_segment_left_by_a_crash_is_removed(self, tmp_path: Path) -> None:
+        store = open_store(tmp_path)
+        store.append(batch_of(1, 1, 1, size=2100))  # past half of the segment
+        store.prepare_next_segment()
+        assert len(segment_files(tmp_path)) == 2
+        store.abandon()
+        with open_store(tmp_path) as store:
+            assert len(segment_files(tmp_path)) == 1 and store.last_index == 1
+
+
+class TestWriteAt:
     def test_a_short_write_goes_on_where_it_stopped(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -279,14 +291,18 @@ class TestPrepare:
             os.close(fd)
         assert path.read_bytes() == b"\0\0\0" + b"0123456789abc"
 
-    def test_prepared_segment_left_by_a_crash_is_removed(self, tmp_path: Path) -> None:
-        store = open_store(tmp_path)
-        store.append(batch_of(1, 1, 1, size=2100))  # past half of the segment
-        store.prepare_next_segment()
-        assert len(segment_files(tmp_path)) == 2
-        store.abandon()
-        with open_store(tmp_path) as store:
-            assert len(segment_files(tmp_path)) == 1 and store.last_index == 1
+    def test_a_write_that_takes_nothing_raises_instead_of_spinning(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(os, "pwritev", lambda fd, buffers, offset: 0)
+        monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: 0)
+        fd = os.open(tmp_path / "file", os.O_RDWR | os.O_CREAT)
+        try:
+            with pytest.raises(OSError) as raised:
+                write_at(fd, (b"data",), 0)
+        finally:
+            os.close(fd)
+        assert raised.value.errno == errno.ENOSPC
 
 
 class TestReset:
