@@ -42,11 +42,15 @@ def _hex_bytes(text: str, lengths: tuple[int, int]) -> bytes:
     return bytes.fromhex(text)
 
 
+def _packed_ip(address: str) -> bytes:
+    """An IPv4 or IPv6 address as the 4 or 16 bytes message ids carry."""
+    return socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
+
+
 def offset_msg_id(store_host: Host, physical_offset: int) -> str:
     """The offsetMsgId of the record at `physical_offset` stored by `store_host`."""
     address, port = store_host
-    ip = socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
-    return (ip + _PORT_POSITION.pack(port, physical_offset)).hex().upper()
+    return (_packed_ip(address) + _PORT_POSITION.pack(port, physical_offset)).hex().upper()
 
 
 def offset_msg_ids(store_host: Host, physical_offsets: Sequence[int]) -> list[str]:
@@ -60,8 +64,7 @@ def offset_msg_ids_text(store_host: Host, physical_offsets: Sequence[int]) -> st
     host and port packed once, every offset by one map, and one hex conversion that puts a
     comma after each id."""
     address, port = store_host
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    head = socket.inet_pton(family, address) + _PORT.pack(port)
+    head = _packed_ip(address) + _PORT.pack(port)
     pieces = [head] * (2 * len(physical_offsets))
     pieces[1::2] = map(_POSITION.pack, physical_offsets)
     return b"".join(pieces).hex(",", len(head) + _POSITION.size).upper()
@@ -139,9 +142,9 @@ class UniqIdGenerator:
     _prefix: str = ""
 
     def __attrs_post_init__(self) -> None:
-        family = socket.AF_INET6 if ":" in self.ip else socket.AF_INET
-        address = socket.inet_pton(family, self.ip)
-        self._prefix = (address + struct.pack(">hi", _int16(self.pid), self.salt)).hex().upper()
+        self._prefix = (
+            (_packed_ip(self.ip) + struct.pack(">hi", _int16(self.pid), self.salt)).hex().upper()
+        )
 
     @classmethod
     def for_this_process(cls, ip: str) -> UniqIdGenerator:
