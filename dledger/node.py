@@ -122,6 +122,9 @@ class NullStateMachine:
         pass
 
 
+_ENTRY_SIZE = limits.ENTRY_HEADER_BYTES.__add__  # body length -> entry size, as a C-level map
+
+
 class AppliedDigest:
     """A fingerprint of what this run applied: CRC-32 streams over the terms, kinds and sizes of
     the entries, each fed in order, so the result does not depend on how entries were batched.
@@ -668,12 +671,13 @@ class Node:
                 continue
             hi = min(target, self.applied_index + limits.APPLY_BATCH_ENTRIES_MAX)
             lo = self.applied_index + 1
-            terms, kinds, sizes = store.read_meta(lo, hi)
-            if self._reads_bodies:
+            if self._reads_bodies:  # the digest's terms, kinds and sizes from what was read
                 batch = store.read(lo, hi, limits.APPLY_BATCH_BYTES_MAX)
                 hi = batch.last_index
-                del terms[len(batch) :], kinds[len(batch) :], sizes[len(batch) :]
+                terms, kinds = batch.terms, batch.kinds
+                sizes = list(map(_ENTRY_SIZE, map(len, batch.payloads)))
             else:
+                terms, kinds, sizes = store.read_meta(lo, hi)
                 batch = EntryBatch(lo, terms, kinds, [b""] * len(terms))
             self.state_machine.apply(batch)
             self.applied_digest.add(terms, kinds, sizes)

@@ -253,7 +253,8 @@ class LogStore:
     def positions(self, lo: int, hi: int) -> list[int]:
         """Byte positions of entries lo..hi (the broker's physical offsets, less the header)."""
         self._check_range(lo, hi)
-        return self._reader.positions(lo, hi)
+        held = self._recent.positions(lo, hi)
+        return held if held is not None else self._reader.positions(lo, hi)
 
     def read(self, lo: int, hi: int, bytes_max: int) -> EntryBatch:
         """Entries lo..hi, stopping before the body bytes pass `bytes_max` (at least one)."""
@@ -288,10 +289,10 @@ class LogStore:
                 raise EntryTooLarge(length, self.body_bytes_max)
             term = batch.terms[0]
             assert self._last_term <= term, (self._last_term, term)
-            self._write(batch, [limits.ENTRY_HEADER_BYTES + length])
+            positions = self._write(batch, [limits.ENTRY_HEADER_BYTES + length])
             self._last_index = batch.first_index
             self._last_term = term
-            self._recent.add(batch, length)
+            self._recent.add(batch, positions)
             return self._last_index
         if not payloads:
             return self._last_index
@@ -301,18 +302,18 @@ class LogStore:
             raise EntryTooLarge(longest, self.body_bytes_max)
         terms = batch.terms
         assert self._last_term <= terms[0] <= terms[-1], (self._last_term, terms[0], terms[-1])
-        self._write(batch, list(map(_WITH_HEADER, lengths)))
+        positions = self._write(batch, list(map(_WITH_HEADER, lengths)))
         self._last_index = batch.last_index
         self._last_term = terms[-1]
-        self._recent.add(batch, sum(lengths))
+        self._recent.add(batch, positions)
         return self._last_index
 
-    def _write(self, batch: EntryBatch, sizes: list[int]) -> None:
+    def _write(self, batch: EntryBatch, sizes: list[int]) -> list[int]:
         """All of the batch or none of it: an error part way (ENOSPC creating a segment)
-        undoes the runs already written, so the log stays as it was."""
+        undoes the runs already written, so the log stays as it was. Where each entry went."""
         position = self._writer.write_position
         try:
-            self._writer.append(batch, sizes)
+            return self._writer.append(batch, sizes)
         except BaseException:
             self._writer.truncate(self._last_index, position, batch.last_index)
             raise

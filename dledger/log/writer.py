@@ -60,26 +60,31 @@ class LogWriter:
 
     # --- appending ----------------------------------------------------------------------------
 
-    def append(self, batch: EntryBatch, sizes: list[int]) -> None:
-        """Write `batch` (entry sizes given) at the write position; the caller checked it."""
-        if len(sizes) == 1 and self._append_one(batch, sizes[0]):
-            return
+    def append(self, batch: EntryBatch, sizes: list[int]) -> list[int]:
+        """Write `batch` (entry sizes given) at the write position; the caller checked it.
+        Returns where each entry was written."""
+        if len(sizes) == 1:
+            position = self._append_one(batch, sizes[0])
+            if position is not None:
+                return [position]
+        positions: list[int] = []
         done = 0
         while done < len(sizes):
-            done = self._append_run(batch, sizes, done)
+            done = self._append_run(batch, sizes, done, positions)
+        return positions
 
-    def _append_one(self, batch: EntryBatch, size: int) -> bool:
+    def _append_one(self, batch: EntryBatch, size: int) -> int | None:
         """One entry that fits the current segment and index file: a few C calls, no run.
-        False (nothing written) when it needs the general path."""
+        Its position, or None (nothing written) when it needs the general path."""
         segment, file = self._segment, self._index_file
         position = self.write_position
         index = batch.first_index
         if segment is None or file is None or not file.first <= index <= file.last:
-            return False
+            return None
         offset = position - segment.base
         end = offset + size
         if end > self.segment_bytes - BLANK_BYTES_MIN and end != self.segment_bytes:
-            return False
+            return None
         term, kind = batch.terms[0], batch.kinds[0]
         write_at(segment.fd, entry_pieces(index, term, position, kind, batch.payloads[0]), offset)
         record = RECORD.pack(position, index, term, size, kind, 0)
@@ -89,10 +94,11 @@ class LogWriter:
         durability.dirty.add(file)
         durability.dirty_bytes += size + RECORD.size
         self.write_position = position + size
-        return True
+        return position
 
-    def _append_run(self, batch: EntryBatch, sizes: list[int], lo: int) -> int:
-        """Write entries lo.. that fit in the current segment; returns the first one left."""
+    def _append_run(self, batch: EntryBatch, sizes: list[int], lo: int, written: list[int]) -> int:
+        """Write entries lo.. that fit in the current segment, adding their positions to
+        `written`; returns the first one left."""
         segment = self._segment_for_append()
         limit = segment.base + self.segment_bytes
         ends = list(accumulate(islice(sizes, lo, None), initial=self.write_position))
@@ -123,6 +129,7 @@ class LogWriter:
         data = encode_run(first_index, terms, kinds, payloads, positions, run_sizes)
         write_at(segment.fd, (data,), self.write_position - segment.base)
         self._write_records(first_index, positions, terms, run_sizes, kinds)
+        written += positions
         durability.dirty.add(segment)
         durability.dirty_bytes += len(data)
         self.write_position = ends[fitting]

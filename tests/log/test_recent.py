@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,18 +28,23 @@ ops = st.lists(
 def test_what_is_held_reads_as_the_log_does(ops: list[tuple[str, object]], bytes_max: int) -> None:
     recent = RecentAppends(bytes_max)
     log: list[tuple[int, int, bytes]] = []  # the whole log from index 1: (term, kind, body)
+    where: list[int] = []  # each entry's position: 44-byte headers back to back
     for op, arg in ops:
         if op == "add":
             bodies = list(arg)  # type: ignore[call-overload]
             first = len(log) + 1
             terms = [first // 3 + 1] * len(bodies)
             kinds = [k % 3 for k in range(len(bodies))]
-            recent.add(EntryBatch(first, terms, kinds, bodies), sum(map(len, bodies)))
+            start = where[-1] + 44 + len(log[-1][2]) if log else 0
+            positions = list(accumulate((44 + len(b) for b in bodies[:-1]), initial=start))
+            recent.add(EntryBatch(first, terms, kinds, bodies), positions[: len(bodies)])
             log += zip(terms, kinds, bodies, strict=True)
+            where += positions[: len(bodies)]
         elif op == "cut":
             index = max(0, len(log) - int(arg))  # type: ignore[call-overload]
             recent.cut_after(index)
             del log[index:]
+            del where[index:]
         elif op == "clear":
             recent.clear()
         else:
@@ -45,8 +52,11 @@ def test_what_is_held_reads_as_the_log_does(ops: list[tuple[str, object]], bytes
             lo = max(1, lo)
             hi = lo + span // 4
             got = recent.read(lo, hi, budget)
+            held_positions = recent.positions(lo, hi)
+            assert (got is None) == (held_positions is None)
             if got is None:
                 continue
+            assert held_positions == where[lo - 1 : hi]
             assert hi <= len(log)
             assert got.first_index == lo and 1 <= len(got) <= hi - lo + 1
             want = log[lo - 1 : lo - 1 + len(got)]
@@ -62,7 +72,7 @@ def test_what_is_held_reads_as_the_log_does(ops: list[tuple[str, object]], bytes
 def test_the_newest_batches_stay_within_the_bound() -> None:
     recent = RecentAppends(10)
     for n in range(1, 6):
-        recent.add(EntryBatch(n, [1], [0], [b"x" * 4]), 4)
+        recent.add(EntryBatch(n, [1], [0], [b"x" * 4]), [48 * (n - 1)])
     assert recent.read(1, 5, 100) is None  # the oldest went
     held = recent.read(4, 5, 100)
     assert held is not None and list(held.payloads) == [b"xxxx", b"xxxx"]
@@ -70,6 +80,6 @@ def test_the_newest_batches_stay_within_the_bound() -> None:
 
 def test_a_mutable_buffer_is_not_held() -> None:
     recent = RecentAppends(100)
-    recent.add(EntryBatch(1, [1], [0], [b"a"]), 1)
-    recent.add(EntryBatch(2, [1], [0], [bytearray(b"b")]), 1)  # type: ignore[list-item]
+    recent.add(EntryBatch(1, [1], [0], [b"a"]), [0])
+    recent.add(EntryBatch(2, [1], [0], [bytearray(b"b")]), [45])  # type: ignore[list-item]
     assert recent.read(1, 1, 100) is None and recent.read(2, 2, 100) is None
