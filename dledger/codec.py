@@ -124,6 +124,9 @@ def encode_message(m: Message) -> dict[str, Any]:
     }
 
 
+_BYTES, _INT = {bytes}, {int}
+
+
 def _decode_append(b: dict[str, Any], sender: str) -> Message:
     terms, kinds, bodies = (
         field(b, "terms", list),
@@ -136,10 +139,11 @@ def _decode_append(b: dict[str, Any], sender: str) -> Message:
     prev = _read_entry_id(b, "prev")
     if first != prev.index + 1:
         raise MalformedFrame(f"first entry {first} does not follow prev {prev.index}")
-    if not all(type(x) is bytes for x in bodies):
-        raise MalformedFrame("bodies must all be bytes")
-    if not all(type(x) is int for x in terms) or not all(type(x) is int for x in kinds):
-        raise MalformedFrame("terms and kinds must all be integers")
+    if bodies:  # a follower checks every entry it is sent: C-level maps, not generators
+        if set(map(type, bodies)) != _BYTES:
+            raise MalformedFrame("bodies must all be bytes")
+        if set(map(type, terms)) != _INT or set(map(type, kinds)) != _INT:
+            raise MalformedFrame("terms and kinds must all be integers")
     commit = field(b, "commit", int)
     return AppendEntries(
         _read_term(b), sender, prev, EntryBatch(first, terms, kinds, bodies), commit

@@ -185,6 +185,19 @@ class TestBadFrames:
         with pytest.raises(MalformedFrame, match="bodies must all be bytes"):
             decode_message(body, sender="n0")
 
+    @pytest.mark.parametrize(
+        "field, values",
+        [("terms", [1, "1"]), ("terms", [True, 1]), ("kinds", [0, 1.0]), ("kinds", [None, 0])],
+    )
+    def test_terms_and_kinds_must_be_integers(self, field: str, values: list[object]) -> None:
+        batch = EntryBatch(1, [1, 1], [0, 0], [b"x", b"y"])
+        body = encode_message(AppendEntries(1, "n0", EntryId(0, 0), batch, 0))
+        body[field] = values
+        with pytest.raises(MalformedFrame, match="terms and kinds must all be integers"):
+            decode_message(body, sender="n0")
+        body[field] = [1, 1]
+        assert decode_message(body, sender="n0").entries.payloads == [b"x", b"y"]
+
     def test_removed_at_is_optional_but_never_negative(self) -> None:
         """A reply from a replica that predates the fields decodes as an ordinary refusal."""
         reply = RequestVoteReply(3, "n1", False, True, removed_at=7, removed_term=2)
