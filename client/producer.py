@@ -53,7 +53,7 @@ from client.message import Message, MessageQueue
 from client.selectors import RoundRobin, Selector
 from client.send_request import Outgoing, prepare, prepare_batches, request
 from client.send_result import SendResult
-from client.validation import check_group, check_message
+from client.validation import check_group, check_message, check_messages
 from client.write_queues import TopicWriteQueues, WriteQueues
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
@@ -255,8 +255,7 @@ class AsyncProducer:
         one send with its own timeout and retries. If one fails, the batches before it are
         stored: the exception's notes say how many."""
         instance = self._accepting()
-        for message in messages:
-            check_message(message)
+        check_messages(messages)
         batches = prepare_batches(list(messages), instance.uniq_ids)
         results: list[SendResult] = []
         for outgoing in batches:

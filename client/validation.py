@@ -8,6 +8,8 @@ characters. Each failure is an InvalidMessage naming the field and the rule it b
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from operator import attrgetter
 
 from client import limits
 from client.errors import InvalidMessage
@@ -75,3 +77,33 @@ def check_message(message: Message) -> None:
         )
     if not 0 <= message.delay_level <= 18:
         raise InvalidMessage("delay_level", f"{message.delay_level}, not one of 0..18")
+
+
+_DELAY_LEVELS = frozenset(range(19))
+_TOPIC, _BODY, _DELAY = attrgetter("topic"), attrgetter("body"), attrgetter("delay_level")
+
+
+def check_messages(messages: Sequence[Message]) -> None:
+    """check_message for each of `messages` (a batch): the checks run column by column in
+    C-level steps, and one by one only to name the first message that fails."""
+    if set(map(type, messages)) != {Message}:  # something else, or a subclass: one by one
+        for message in messages:
+            check_message(message)
+        return
+    lengths = list(map(len, map(_BODY, messages)))
+    if (
+        min(lengths) == 0
+        or max(lengths) > limits.MESSAGE_BODY_BYTES_MAX
+        or not set(map(_DELAY, messages)) <= _DELAY_LEVELS
+        or not all(map(_topic_ok, set(map(_TOPIC, messages))))
+    ):
+        for message in messages:
+            check_message(message)
+
+
+def _topic_ok(topic: str) -> bool:
+    try:
+        check_topic(topic)
+    except InvalidMessage:
+        return False
+    return True

@@ -10,13 +10,15 @@ import sys
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client import AsyncProducer, Producer, limits
 from client.errors import InvalidMessage
 from client.fault import FaultTracker, avoid_for_s
 from client.message import Message, MessageQueue
 from client.selectors import RoundRobin, hash_selector
-from client.validation import check_group, check_message
+from client.validation import check_group, check_message, check_messages
 
 
 class Clock:
@@ -68,6 +70,35 @@ class TestValidation:
     def test_a_bad_delay_level_is_refused(self) -> None:
         with pytest.raises(InvalidMessage, match="delay_level"):
             check_message(Message("T", b"x", delay_level=19))
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(
+            st.builds(
+                Message,
+                st.sampled_from(["T", "U", "TBW102", "a b"]),
+                st.sampled_from([b"x", b"", b"body"]),
+                delay_level=st.sampled_from([0, 0, 3, 18, 19, -1]),
+            ),
+            max_size=6,
+        )
+    )
+    def test_a_batch_is_checked_as_its_messages_are(self, messages: list[Message]) -> None:
+        """check_messages refuses a batch exactly when check_message refuses one of its
+        messages, with the first such message's error."""
+        first_error = None
+        for message in messages:
+            try:
+                check_message(message)
+            except InvalidMessage as err:
+                first_error = str(err)
+                break
+        if first_error is None:
+            check_messages(messages)
+        else:
+            with pytest.raises(InvalidMessage) as info:
+                check_messages(messages)
+            assert str(info.value) == first_error
 
     def test_producer_settings(self) -> None:
         """A producer refuses bad settings when made, not at its first send."""
