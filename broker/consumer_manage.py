@@ -25,6 +25,7 @@ from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.headers import (
+    OFFSET_UNSETTLED_FIELD,
     GetConsumerListByGroupRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     OffsetResponseHeader,
@@ -50,7 +51,8 @@ async def handle_query_consumer_offset(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
     header = QueryConsumerOffsetRequestHeader.decode(request.ext_fields)
-    if not await broker.offsets.settle():  # broker/offsets.py: why a read settles first
+    settled = await broker.offsets.settle()  # broker/offsets.py: why a read settles first
+    if not settled:
         log.warning(
             "offset of %s on %s/%d read before this replica settled (no leader?): it may be "
             "older than the group's",
@@ -58,6 +60,16 @@ async def handle_query_consumer_offset(
             header.topic,
             header.queue_id,
         )
+    response = _query_answer(broker, request, header)
+    if settled:
+        return response
+    # our client asks the group's other replicas first; RocketMQ's ignore the field
+    return response._replace(ext_fields={**response.ext_fields, OFFSET_UNSETTLED_FIELD: "true"})
+
+
+def _query_answer(
+    broker: Broker, request: RemotingCommand, header: QueryConsumerOffsetRequestHeader
+) -> RemotingCommand:
     offset = broker.offsets.query(header.consumer_group, header.topic, header.queue_id)
     if offset is not None:
         return _offset(request, offset)

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable
 import attrs
 import trio
 
-from client.errors import BrokerUnreachable, MQBrokerError, NoRouteError
+from client.errors import BrokerUnreachable, MQBrokerError, MQClientError, NoRouteError
 from client.instance import TRANSPORT_FAILURES, ClientInstance
 from client.message import MessageExt, MessageQueue, decode_records
 from client.route import MASTER_ID
@@ -29,6 +29,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import HeaderFieldError, MessageFormatError
 from remoting.headers import (
+    OFFSET_UNSETTLED_FIELD,
     ConsumerSendMsgBackRequestHeader,
     GetConsumerListByGroupRequestHeader,
     OffsetResponseHeader,
@@ -111,16 +112,17 @@ class ConsumerRequests:
         timeout_s: float = REQUEST_TIMEOUT_S,
         prefer_id: int | None = None,
         accept: Collection[int] | None = None,
+        exclude: Collection[str] = (),
     ) -> tuple[RemotingCommand, str]:
         """The first answer from the group `broker_name` that is not a transport failure nor a
         refusal worth another replica (or, with `accept`, is one of those codes), and the
-        address that gave it."""
+        address that gave it; replicas in `exclude` are not asked."""
         if self.instance.broker_data(broker_name) is None:
             if self.instance.cached_route(topic) is None:
                 await self.instance.route(topic)  # first use: fetch it (NoRouteError if none)
             else:
                 await self.refresh(topic)  # the group left the route: has it come back?
-        tried: list[str] = []
+        tried: list[str] = list(exclude)
         causes: list[str] = []
         refused: tuple[RemotingCommand, str] | None = None
         while True:
@@ -221,32 +223,55 @@ class ConsumerRequests:
     # --- offsets ---------------------------------------------------------------------------
 
     async def _offset(
-        self, queue: MessageQueue, command: RemotingCommand, what: str, accept: Collection[int]
-    ) -> tuple[int | None, RemotingCommand]:
+        self,
+        queue: MessageQueue,
+        command: RemotingCommand,
+        what: str,
+        accept: Collection[int],
+        exclude: Collection[str] = (),
+    ) -> tuple[int | None, RemotingCommand, str]:
         response, address = await self.call(
-            queue.topic, queue.broker_name, command, what, accept=accept
+            queue.topic, queue.broker_name, command, what, accept=accept, exclude=exclude
         )
         if response.code != ResponseCode.SUCCESS:
-            return None, response
+            return None, response, address
         try:
-            return OffsetResponseHeader.decode(response.ext_fields).offset, response
+            return OffsetResponseHeader.decode(response.ext_fields).offset, response, address
         except HeaderFieldError as err:
             raise MQBrokerError(response.code, f"{what}: {err}", address) from None
 
     async def query_offset(self, group: str, queue: MessageQueue) -> int | None:
         """The group's committed offset of `queue`; None when the broker has none
-        (QUERY_NOT_FOUND). A broker answers 0 for a queue nothing was deleted from yet."""
+        (QUERY_NOT_FOUND). A broker answers 0 for a queue nothing was deleted from yet.
+
+        A replica of ours that knows no leader answers after 2 s with what it has, marked
+        unsettled (docs/protocol.md#offsetunsettled): it may be older than the group's commit,
+        and starting there would consume again what was consumed since. So the group's other
+        replicas are asked in turn; if none settles either, the newest answer is taken (a
+        rewind is still possible then, a skip never: no replica holds an offset that was not
+        committed)."""
         header = QueryConsumerOffsetRequestHeader(
             consumer_group=group, topic=queue.topic, queue_id=queue.queue_id
         )
         command = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.encode())
-        offset, _ = await self._offset(
-            queue,
-            command,
-            f"query the offset of {group} on {queue}",
-            {ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND},
-        )
-        return offset
+        what = f"query the offset of {group} on {queue}"
+        accept = {ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND}
+        unsettled: list[int | None] = []
+        asked: list[str] = []
+        while True:
+            try:
+                offset, response, address = await self._offset(
+                    queue, command, what, accept, exclude=asked
+                )
+            except MQClientError:
+                if unsettled:  # every other replica failed: the newest unsettled answer
+                    return max(unsettled, key=_offset_order)
+                raise
+            if response.ext_fields.get(OFFSET_UNSETTLED_FIELD) != "true":
+                return offset
+            log.info("%s: %s answered %s unsettled (it knows no leader)", what, address, offset)
+            unsettled.append(offset)
+            asked.append(address)
 
     async def update_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
         header = UpdateConsumerOffsetRequestHeader(
@@ -264,7 +289,7 @@ class ConsumerRequests:
     async def queue_offset(self, code: RequestCode, queue: MessageQueue) -> int:
         """GET_MAX_OFFSET (the next offset) or GET_MIN_OFFSET (the first kept) of `queue`."""
         header = QueueRequestHeader(topic=queue.topic, queue_id=queue.queue_id)
-        offset, _ = await self._offset(
+        offset, _, _ = await self._offset(
             queue,
             RemotingCommand.request(code, header.encode()),
             f"{code.name} of {queue}",
@@ -279,7 +304,7 @@ class ConsumerRequests:
             topic=queue.topic, queue_id=queue.queue_id, timestamp=timestamp_ms
         )
         command = RemotingCommand.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header.encode())
-        offset, _ = await self._offset(
+        offset, _, _ = await self._offset(
             queue, command, f"search {queue} at {timestamp_ms} ms", {ResponseCode.SUCCESS}
         )
         assert offset is not None
@@ -423,3 +448,8 @@ class ConsumerRequests:
         async with trio.open_nursery() as nursery:
             for address in sorted(self.instance.all_broker_addresses()):
                 nursery.start_soon(one, address)
+
+
+def _offset_order(offset: int | None) -> int:
+    """None (no offset stored) orders before every offset."""
+    return -1 if offset is None else offset

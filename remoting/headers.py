@@ -252,6 +252,11 @@ class SendMessageRequestHeader(Header):
 # knows its route is stale. Absent from a leader's answer and from a plain RocketMQ broker's.
 RAFT_FORWARDED_FIELD = "raftForwarded"
 
+# The extFields key of our extension on a QUERY_CONSUMER_OFFSET answer: "true" when the replica
+# could not settle the read (it knew no leader; docs/protocol.md#offsetunsettled), so the
+# offset may be older than the group's. Our client then asks the group's other replicas first.
+OFFSET_UNSETTLED_FIELD = "offsetUnsettled"
+
 
 @attrs.frozen
 class SendMessageResponseHeader(Header):

@@ -1,17 +1,23 @@
 """The offset coalescer (broker/offsets.py) answers reads with what it was told, also in the
 moment between an offset entry's commit and this replica's apply of it: a consumer taking a
-queue over reads the offset its previous owner committed, never the one before."""
+queue over reads the offset its previous owner committed, never the one before; and a read
+that could not settle says so in its answer."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import trio
 import trio.testing
 
+from broker.consumer_manage import handle_query_consumer_offset
 from broker.metadata import Metadata
 from broker.offsets import OffsetCoalescer
 from broker.writes import WriteFailed, Written
+from remoting.codes import RequestCode, ResponseCode
+from remoting.command import RemotingCommand
+from remoting.headers import OFFSET_UNSETTLED_FIELD, QueryConsumerOffsetRequestHeader
 
 KEY = ("g", "T", 0)
 
@@ -215,3 +221,52 @@ async def test_a_replica_answers_the_newest_commit_it_knows_not_its_own_older_on
     assert coalescer.query(*KEY) == 3514
     state.metadata.apply(offsets_entry([(KEY, 3000, 1)]))  # stale: skipped, 3514 stays
     assert coalescer.query(*KEY) == 3514
+
+
+# --- an unsettled read says so (found by broker chaos seed 1616: a replica cut off from its
+# group answered a restarted pull consumer an offset ~430 messages old, and nothing told the
+# client to ask the group's other replicas)
+
+
+class StubOffsets:
+    def __init__(self, settled: bool, offset: int | None) -> None:
+        self.settled, self.offset = settled, offset
+
+    async def settle(self) -> bool:
+        return self.settled
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.offset
+
+
+class StubState:
+    def __init__(self, lo: int) -> None:
+        self.lo = lo
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        return self.lo, self.lo + 10
+
+
+async def query_answer(settled: bool, offset: int | None, lo: int = 0) -> RemotingCommand:
+    broker = SimpleNamespace(offsets=StubOffsets(settled, offset), state=StubState(lo))
+    header = QueryConsumerOffsetRequestHeader(consumer_group="g", topic="T", queue_id=0)
+    request = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.encode())
+    return await handle_query_consumer_offset(broker, request, None)  # type: ignore[arg-type]
+
+
+async def test_a_settled_offset_answer_is_plain_rocketmq() -> None:
+    answer = await query_answer(True, 7)
+    assert answer.code == ResponseCode.SUCCESS
+    assert dict(answer.ext_fields) == {"offset": "7"}
+
+
+async def test_an_unsettled_offset_answer_is_marked_whatever_it_says() -> None:
+    for offset, lo, code, expected in (
+        (7, 0, ResponseCode.SUCCESS, "7"),  # what this replica has
+        (None, 0, ResponseCode.SUCCESS, "0"),  # no commit known, the queue starts at 0
+        (None, 5, ResponseCode.QUERY_NOT_FOUND, None),  # no commit known
+    ):
+        answer = await query_answer(False, offset, lo)
+        assert answer.code == code
+        assert answer.ext_fields.get("offset") == expected
+        assert answer.ext_fields[OFFSET_UNSETTLED_FIELD] == "true"

@@ -28,7 +28,7 @@ from remoting import properties as props
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.headers import RAFT_FORWARDED_FIELD, SendMessageRequestHeader
+from remoting.headers import OFFSET_UNSETTLED_FIELD, RAFT_FORWARDED_FIELD, SendMessageRequestHeader
 from remoting.message_id import offset_msg_id
 from remoting.server import RemotingServer, bound_port
 
@@ -66,6 +66,9 @@ class Replica:
     refusals_left: int = -1  # REFUSE this many times, then OK; -1: for ever
     delay_s: float = 0.0  # SLOW: how long each answer takes
     forwarded: bool = False  # answer as our follower does after forwarding (raftForwarded)
+    # QUERY_CONSUMER_OFFSET's answer: (offset or None for QUERY_NOT_FOUND, marked unsettled)
+    offset_answer: tuple[int | None, bool] | None = None
+    offset_queries: int = 0
     requests: list[RemotingCommand] = attrs.field(factory=list)  # every send received
     stored: list[Stored] = attrs.field(factory=list)
     ends: list[RemotingCommand] = attrs.field(factory=list)  # every END_TRANSACTION received
@@ -160,6 +163,17 @@ class FakeCluster:
                 return request.response()
             if request.code == RequestCode.UNREGISTER_CLIENT:
                 return request.response()
+            if request.code == RequestCode.QUERY_CONSUMER_OFFSET and replica.offset_answer:
+                replica.offset_queries += 1
+                if replica.mode is Mode.DOWN or replica.mode is Mode.CLOSE:
+                    conn.close("closed by the fake broker")
+                    await trio.sleep_forever()
+                offset, unsettled = replica.offset_answer
+                fields = {} if offset is None else {"offset": str(offset)}
+                if unsettled:
+                    fields[OFFSET_UNSETTLED_FIELD] = "true"
+                code = ResponseCode.SUCCESS if offset is not None else ResponseCode.QUERY_NOT_FOUND
+                return request.response(code, ext_fields=fields)
             if request.code not in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
                 return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "fake broker")
             replica.requests.append(request)

@@ -1,18 +1,22 @@
 """The pull consumer (client/pull_consumer.py) against a real local cluster (tests/client/
 conftest.py): FOUND / NO_NEW_MSG / NO_MATCHED_MSG / OFFSET_ILLEGAL, the client's tag filter,
 long polling, offsets committed and fetched, the offset helpers, the blocking API, and a pull
-that goes on at another replica when the master is killed."""
+that goes on at another replica when the master is killed; against fake replicas, an offset
+read that a replica answers unsettled."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 import trio
 
 from broker.localcluster import LocalCluster
 from client.instance import open_instance
+from client.message import MessageQueue
 from client.pull_consumer import AsyncPullConsumer, PullConsumer, PullStatus
 from tests.client.cluster_tools import create_topic, restart, send
+from tests.client.fake_cluster import Mode, fake_cluster
 
 GROUP = "cg_pull"
 
@@ -141,3 +145,41 @@ async def test_a_pull_goes_on_at_another_replica_when_the_master_dies(
             assert bodies == [f"f{i}".encode() for i in range(5)]
         finally:
             await restart(live_cluster, victim)
+
+
+# --- an offset read from a replica that knows no leader (found by broker chaos seed 1616: a
+# pull consumer restarted while the replica its route named master was cut off from the group;
+# that replica answered, after its 2 s settle, an offset ~430 messages older than the group's)
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        ([(5, True), (9, False), (7, False)], 9),  # the first settled answer wins
+        ([(5, True), (4, True), (7, False)], 7),
+        ([(5, True), (8, True), (7, True)], 8),  # none settles: the newest
+        ([(None, True), (3, True)], 3),  # "no offset" orders before any
+        ([(6, False), (9, False)], 6),  # settled at once: the master's, nobody else asked
+    ],
+)
+async def test_an_unsettled_offset_answer_asks_the_other_replicas(
+    answers: list[tuple[int | None, bool]], expected: int
+) -> None:
+    async with fake_cluster({"broker-a": len(answers)}, topics={"T": 1}) as cluster:
+        for replica, answer in zip(cluster.replicas["broker-a"], answers, strict=True):
+            replica.offset_answer = answer
+        async with AsyncPullConsumer(GROUP, cluster.namesrv_addr) as consumer:
+            queue = MessageQueue("T", "broker-a", 0)
+            assert await consumer.fetch_offset(queue) == expected
+        asked = [r.offset_queries for r in cluster.replicas["broker-a"]]
+        settled_at = next((k for k, (_, u) in enumerate(answers) if not u), len(answers) - 1)
+        assert asked == [1] * (settled_at + 1) + [0] * (len(answers) - settled_at - 1)
+
+
+async def test_unsettled_answers_are_used_when_the_other_replicas_fail() -> None:
+    async with fake_cluster({"broker-a": 3}, topics={"T": 1}) as cluster:
+        a, b, c = cluster.replicas["broker-a"]
+        a.offset_answer, b.offset_answer, c.offset_answer = (5, True), (0, False), (0, False)
+        b.mode = c.mode = Mode.CLOSE
+        async with AsyncPullConsumer(GROUP, cluster.namesrv_addr) as consumer:
+            assert await consumer.fetch_offset(MessageQueue("T", "broker-a", 0)) == 5
