@@ -35,7 +35,7 @@ import trio
 from dledger import limits
 from dledger.appends import AppendWaiters, PendingAppend, Waiter
 from dledger.config import NodeConfig
-from dledger.log.entry import BLANK_BYTES_MIN
+from dledger.log.entry import BLANK_BYTES_MIN, WITH_HEADER
 from dledger.log.flusher import Flusher
 from dledger.log.layout import StorePaths
 from dledger.log.reader import StoredEntry
@@ -120,9 +120,6 @@ class NullStateMachine:
 
     def apply(self, batch: EntryBatch) -> None:
         pass
-
-
-_ENTRY_SIZE = limits.ENTRY_HEADER_BYTES.__add__  # body length -> entry size, as a C-level map
 
 
 class AppliedDigest:
@@ -465,7 +462,7 @@ class Node:
         store = self.store
         first = store.last_index + 1
         position, segment_bytes = store.next_position, store.config.segment_bytes
-        sizes = list(map(limits.ENTRY_HEADER_BYTES.__add__, map(len, payloads)))
+        sizes = list(map(WITH_HEADER, map(len, payloads)))
         ends = list(accumulate(sizes, initial=position))
         if position % segment_bytes + ends[-1] - position <= segment_bytes - BLANK_BYTES_MIN:
             positions = ends[:-1]  # all in this segment, clear of its tail: back to back
@@ -675,7 +672,7 @@ class Node:
                 batch = store.read(lo, hi, limits.APPLY_BATCH_BYTES_MAX)
                 hi = batch.last_index
                 terms, kinds = batch.terms, batch.kinds
-                sizes = list(map(_ENTRY_SIZE, map(len, batch.payloads)))
+                sizes = list(map(WITH_HEADER, map(len, batch.payloads)))
             else:
                 terms, kinds, sizes = store.read_meta(lo, hi)
                 batch = EntryBatch(lo, terms, kinds, [b""] * len(terms))

@@ -48,6 +48,7 @@ BLANK_BYTES_MIN = BLANK.size  # so a segment tail of 1-7 bytes is never left
 END_MAGIC = 0  # a magic of 0 marks the end of written data
 
 ENTRY_BYTES_MAX = limits.ENTRY_HEADER_BYTES + limits.ENTRY_BODY_BYTES_MAX
+WITH_HEADER = limits.ENTRY_HEADER_BYTES.__add__  # body length -> entry size, as a C-level map
 KINDS = frozenset(kind.value for kind in EntryKind)
 MAGIC = struct.Struct(">I")
 Buffer = bytes | bytearray | memoryview | mmap.mmap  # what the checks read from

@@ -45,20 +45,20 @@ class RecentAppends:
         self._batches: deque[_Held] = deque()
         self._bytes = 0
 
-    def add(self, batch: EntryBatch, positions: Sequence[int]) -> None:
-        """`batch` was just appended, its entries at `positions` (after every batch added
-        before, or the log was cut since: then what is held no longer precedes it and is
-        dropped)."""
+    def add(self, batch: EntryBatch, positions: Sequence[int], lengths: Sequence[int]) -> None:
+        """`batch` was just appended, its entries at `positions`, its bodies `lengths` bytes
+        long (after every batch added before, or the log was cut since: then what is held no
+        longer precedes it and is dropped)."""
         if not len(batch):
             return
-        assert len(positions) == len(batch), (len(positions), len(batch))
+        assert len(positions) == len(lengths) == len(batch), (len(positions), len(batch))
         if set(map(type, batch.payloads)) != {bytes}:
             self.clear()  # a mutable buffer could change under us: such entries are read back
             return
         batches = self._batches
         if batches and batches[-1].batch.last_index + 1 != batch.first_index:
             self.clear()
-        ends = list(accumulate(map(len, batch.payloads), initial=0))
+        ends = list(accumulate(lengths, initial=0))
         batches.append(_Held(batch, ends, positions))
         self._bytes += ends[-1]
         while self._bytes > self.bytes_max and len(batches) > 1:

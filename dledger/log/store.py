@@ -27,7 +27,7 @@ from dledger import limits
 from dledger.log import retention
 from dledger.log.config import FlushPolicy, StoreConfig
 from dledger.log.durability import Durability, FlushTicket
-from dledger.log.entry import BLANK_BYTES_MIN
+from dledger.log.entry import BLANK_BYTES_MIN, WITH_HEADER
 from dledger.log.errors import (
     BelowFirstIndex,
     Compacted,
@@ -59,8 +59,6 @@ __all__ = [
     "StoreConfig",
     "StoredEntry",
 ]
-
-_WITH_HEADER = limits.ENTRY_HEADER_BYTES.__add__  # body length -> entry size, as a C-level map
 
 
 class LogStore:
@@ -292,7 +290,7 @@ class LogStore:
             positions = self._write(batch, [limits.ENTRY_HEADER_BYTES + length])
             self._last_index = batch.first_index
             self._last_term = term
-            self._recent.add(batch, positions)
+            self._recent.add(batch, positions, [length])
             return self._last_index
         if not payloads:
             return self._last_index
@@ -302,10 +300,10 @@ class LogStore:
             raise EntryTooLarge(longest, self.body_bytes_max)
         terms = batch.terms
         assert self._last_term <= terms[0] <= terms[-1], (self._last_term, terms[0], terms[-1])
-        positions = self._write(batch, list(map(_WITH_HEADER, lengths)))
+        positions = self._write(batch, list(map(WITH_HEADER, lengths)))
         self._last_index = batch.last_index
         self._last_term = terms[-1]
-        self._recent.add(batch, positions)
+        self._recent.add(batch, positions, lengths)
         return self._last_index
 
     def _write(self, batch: EntryBatch, sizes: list[int]) -> list[int]:

@@ -37,7 +37,11 @@ def test_what_is_held_reads_as_the_log_does(ops: list[tuple[str, object]], bytes
             kinds = [k % 3 for k in range(len(bodies))]
             start = where[-1] + 44 + len(log[-1][2]) if log else 0
             positions = list(accumulate((44 + len(b) for b in bodies[:-1]), initial=start))
-            recent.add(EntryBatch(first, terms, kinds, bodies), positions[: len(bodies)])
+            recent.add(
+                EntryBatch(first, terms, kinds, bodies),
+                positions[: len(bodies)],
+                list(map(len, bodies)),
+            )
             log += zip(terms, kinds, bodies, strict=True)
             where += positions[: len(bodies)]
         elif op == "cut":
@@ -72,7 +76,7 @@ def test_what_is_held_reads_as_the_log_does(ops: list[tuple[str, object]], bytes
 def test_the_newest_batches_stay_within_the_bound() -> None:
     recent = RecentAppends(10)
     for n in range(1, 6):
-        recent.add(EntryBatch(n, [1], [0], [b"x" * 4]), [48 * (n - 1)])
+        recent.add(EntryBatch(n, [1], [0], [b"x" * 4]), [48 * (n - 1)], [4])
     assert recent.read(1, 5, 100) is None  # the oldest went
     held = recent.read(4, 5, 100)
     assert held is not None and list(held.payloads) == [b"xxxx", b"xxxx"]
@@ -80,6 +84,6 @@ def test_the_newest_batches_stay_within_the_bound() -> None:
 
 def test_a_mutable_buffer_is_not_held() -> None:
     recent = RecentAppends(100)
-    recent.add(EntryBatch(1, [1], [0], [b"a"]), [0])
-    recent.add(EntryBatch(2, [1], [0], [bytearray(b"b")]), [45])  # type: ignore[list-item]
+    recent.add(EntryBatch(1, [1], [0], [b"a"]), [0], [1])
+    recent.add(EntryBatch(2, [1], [0], [bytearray(b"b")]), [45], [1])  # type: ignore[list-item]
     assert recent.read(1, 1, 100) is None and recent.read(2, 2, 100) is None
