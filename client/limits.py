@@ -13,6 +13,7 @@ KiB, MiB = 1 << 10, 1 << 20
 MESSAGE_BODY_BYTES_MAX = 4 * MiB  # DefaultMQProducer.maxMessageSize, checked before compression
 TOPIC_CHARS_MAX = 127  # Validators.TOPIC_MAX_LENGTH: the stored record's topic length is one byte
 GROUP_CHARS_MAX = 255  # Validators.CHARACTER_MAX_LENGTH for a producer group
+DELAY_LEVEL_MAX = 18  # RocketMQ's messageDelayLevel has 18 levels; 0 is no delay
 
 # --- sending ---------------------------------------------------------------------------------------
 SEND_TIMEOUT_S_DEFAULT = 3.0  # DefaultMQProducer.sendMsgTimeout: one send, every retry included

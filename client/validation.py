@@ -75,11 +75,13 @@ def check_message(message: Message) -> None:
             f"{len(message.body)} bytes, over the {limits.MESSAGE_BODY_BYTES_MAX} byte "
             "(4 MiB) limit of one message",
         )
-    if not 0 <= message.delay_level <= 18:
-        raise InvalidMessage("delay_level", f"{message.delay_level}, not one of 0..18")
+    if not 0 <= message.delay_level <= limits.DELAY_LEVEL_MAX:
+        raise InvalidMessage(
+            "delay_level", f"{message.delay_level}, not one of 0..{limits.DELAY_LEVEL_MAX}"
+        )
 
 
-_DELAY_LEVELS = frozenset(range(19))
+_DELAY_LEVELS = frozenset(range(limits.DELAY_LEVEL_MAX + 1))
 _TOPIC, _BODY, _DELAY = attrgetter("topic"), attrgetter("body"), attrgetter("delay_level")
 
 
