@@ -6,8 +6,11 @@ behind it. A handler that is `Batching` (remoting.dispatch.Dispatcher with `batc
 the requests of such a code that one read delivered together, in one task, and their answers
 go to the writer together. Every request gets exactly one answer, unless it has the one-way
 bit: the C++ client sends what it treats as one-way with flag 0, and drops the answer. Answers
-and our own requests go out through one writer task and a bounded outbox. Our own requests
-(`request`, `send_oneway`) are matched to their responses by opaque, with any number in flight.
+and our own requests go out through one writer task and a bounded outbox, except that a frame
+put while the writer is parked with nothing queued is written at once by the task that made it
+(as dledger's peer links do, docs/decisions.md "Frames go straight to an idle socket"). Our own
+requests (`request`, `send_oneway`) are matched to their responses by opaque, with any number
+in flight.
 
 A frame we cannot read (too large, a lying length, a bad header) ends this connection with one
 log line; other connections never notice.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
@@ -56,6 +60,18 @@ TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 CLOSED_BY_PEER = "closed by the peer"
 
 
+def _write_now(stream: trio.abc.Stream, frame: bytes) -> int:
+    """The bytes of `frame` the socket takes at once, without blocking: 0 when it is full,
+    broken or closed (the writer task, handed the frame, meets the error itself), and 0 for a
+    stream that is no socket (memory streams in tests go through the writer)."""
+    if not isinstance(stream, trio.SocketStream):
+        return 0
+    try:
+        return os.write(stream.socket.fileno(), frame)
+    except OSError:
+        return 0
+
+
 @attrs.define
 class _Waiter:
     """One of our requests awaiting its response."""
@@ -84,6 +100,7 @@ class Connection:
         self._outbox_in, self._outbox_out = trio.open_memory_channel[bytes](
             limits.OUTBOX_FRAMES_MAX
         )
+        self._writer_parked = False  # the writer waits for frames and none is queued
         self._in_flight = 0
         self._idle = trio.Event()  # set whenever no request is being handled
         self._idle.set()
@@ -339,16 +356,42 @@ class Connection:
             await self._put(encode(response))
 
     async def _put(self, frame: bytes) -> None:
+        if self._writer_parked and self._closed_reason is None:
+            # Nothing is queued and nothing is being sent: write it here, and spare a loaded
+            # process two scheduler passes (the writer's wake-up and its send) per frame. A
+            # leader's batch answers came 0.3-0.6 ms sooner; send_batch +6 % (2026-11-27).
+            sent = _write_now(self._stream, frame)
+            if sent == len(frame):
+                return
+            frame = frame[sent:]
+            self._writer_parked = False  # what is put next queues behind the rest
         try:
             await self._outbox_in.send(frame)
         except trio.ClosedResourceError:
             self._raise_if_closed()
             raise
 
+    async def _next_frame(self) -> bytes | None:
+        """The next frame to send, waiting parked while none is queued; None once the outbox is
+        closed and empty."""
+        try:
+            return self._outbox_out.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        except trio.EndOfChannel:
+            return None
+        self._writer_parked = True
+        try:
+            return await self._outbox_out.receive()
+        except trio.EndOfChannel:
+            return None
+        finally:
+            self._writer_parked = False
+
     async def _write(self) -> None:
         """The one task that sends; it batches what is queued into one send_all."""
         try:
-            async for frame in self._outbox_out:
+            while (frame := await self._next_frame()) is not None:
                 batch = [frame]
                 while True:
                     try:

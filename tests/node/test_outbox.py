@@ -18,18 +18,9 @@ from dledger.raft.entries import EntryBatch, EntryId
 from dledger.raft.messages import AppendEntries, Envelope, Heartbeat
 from dledger.transport import PeerLinks
 from dledger.wire import Code, FrameReader, encode_frame
+from tests.sockets import stream_pair
 
 DEADLINE_S = 10
-
-
-def stream_pair(send_buffer: int | None = None) -> tuple[trio.SocketStream, socket.socket]:
-    """A trio stream to write on, and the plain socket at its other end."""
-    ours, theirs = socket.socketpair()
-    if send_buffer is not None:
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
-        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer)
-    theirs.setblocking(False)
-    return trio.SocketStream(trio.socket.from_stdlib_socket(ours)), theirs
 
 
 async def read_exactly(sock: socket.socket, count: int) -> bytes:
@@ -56,7 +47,7 @@ async def test_a_frame_put_while_the_sender_is_parked_is_on_the_socket_at_once()
 
 
 async def test_what_the_socket_does_not_take_goes_out_first_then_the_rest_in_order() -> None:
-    stream, theirs = stream_pair(send_buffer=4096)
+    stream, theirs = stream_pair(buffer_bytes=4096)
     outbox = Outbox(stream)
     big = encode_frame({"c": 1, "body": bytes(range(256)) * 4096})  # ~1 MiB: cannot fit
     small = [encode_frame({"c": 1, "id": i}) for i in range(50)]
