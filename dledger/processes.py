@@ -3,8 +3,9 @@ log file, signalled, and stopped by the pid we recorded; nothing is found or kil
 
 `LocalGroup` (dledger-server groups) and `broker.localcluster.LocalCluster` (namesrvs and
 broker groups) are both built on these. A child runs the code of the tree this module was
-imported from (`SOURCE_ROOT` leads its PYTHONPATH), so a git worktree's tests start the
-worktree's servers, not those of the tree the virtualenv was installed from.
+imported from (`SOURCE_ROOT` leads its PYTHONPATH, and PYTHONSAFEPATH keeps the working
+directory from going before it), so a git worktree's tests start the worktree's servers, not
+those of the tree the virtualenv was installed from or of the directory it was started in.
 """
 
 from __future__ import annotations
@@ -83,10 +84,15 @@ def wait_until(
 
 
 def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: ours) with SOURCE_ROOT first on PYTHONPATH."""
+    """`env` (default: ours) with SOURCE_ROOT first on PYTHONPATH. PYTHONSAFEPATH is set
+    because `python -m broker` otherwise puts its working directory on sys.path before
+    PYTHONPATH: started from inside another checkout, the children ran that checkout's code
+    (a benchmark comparing two trees compared one). A child started as `python script.py` then
+    does not see its script's directory either: it imports from SOURCE_ROOT like the rest."""
     out = dict(os.environ if env is None else env)
     rest = out.get("PYTHONPATH", "")
     out["PYTHONPATH"] = str(SOURCE_ROOT) + (os.pathsep + rest if rest else "")
+    out["PYTHONSAFEPATH"] = "1"
     return out
 
 

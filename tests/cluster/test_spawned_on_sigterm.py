@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dledger.processes import child_env, wait_until
+from dledger.processes import SOURCE_ROOT, child_env, wait_until
 
 SCRIPT = """
 import sys, time
@@ -52,3 +52,23 @@ def test_a_sigterm_kills_what_spawn_started_and_still_ends_the_process(tmp_path:
         parent.wait()
         if child is not None and running(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_imports_this_tree_even_when_started_inside_another(tmp_path: Path) -> None:
+    """`python -m broker` puts its working directory first on sys.path; started from inside
+    another checkout, a child ran that checkout's broker (an A/B benchmark compared one tree
+    with itself). With child_env it imports from SOURCE_ROOT whatever its directory."""
+    decoy = tmp_path / "dledger"
+    decoy.mkdir()
+    (decoy / "__init__.py").write_text("raise SystemExit('the decoy tree was imported')\n")
+    (decoy / "processes.py").write_text("print('the decoy processes')\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *args], cwd=tmp_path, env=child_env(), capture_output=True, text=True
+        )
+
+    as_module = run("-m", "dledger.processes")  # this tree's module prints nothing
+    assert (as_module.returncode, as_module.stdout, as_module.stderr) == (0, "", "")
+    located = run("-c", "import dledger.processes as p; print(p.__file__)")
+    assert Path(located.stdout.strip()) == SOURCE_ROOT / "dledger" / "processes.py"
