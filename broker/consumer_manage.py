@@ -25,6 +25,7 @@ from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.headers import (
+    OFFSET_UNSETTLED_AT_ONCE_FIELD,
     OFFSET_UNSETTLED_FIELD,
     GetConsumerListByGroupRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
@@ -51,7 +52,13 @@ async def handle_query_consumer_offset(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
     header = QueryConsumerOffsetRequestHeader.decode(request.ext_fields)
-    settled = await broker.offsets.settle()  # broker/offsets.py: why a read settles first
+    if (
+        request.ext_fields.get(OFFSET_UNSETTLED_AT_ONCE_FIELD) == "true"
+        and broker.node.leader is None
+    ):
+        settled = False  # our client, with other replicas to ask: no wait for an election here
+    else:
+        settled = await broker.offsets.settle()  # broker/offsets.py: why a read settles first
     if not settled:
         log.warning(
             "offset of %s on %s/%d read before this replica settled (no leader?): it may be "

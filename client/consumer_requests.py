@@ -29,6 +29,7 @@ from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import HeaderFieldError, MessageFormatError
 from remoting.headers import (
+    OFFSET_UNSETTLED_AT_ONCE_FIELD,
     OFFSET_UNSETTLED_FIELD,
     ConsumerSendMsgBackRequestHeader,
     GetConsumerListByGroupRequestHeader,
@@ -244,34 +245,38 @@ class ConsumerRequests:
         """The group's committed offset of `queue`; None when the broker has none
         (QUERY_NOT_FOUND). A broker answers 0 for a queue nothing was deleted from yet.
 
-        A replica of ours that knows no leader answers after 2 s with what it has, marked
-        unsettled (docs/protocol.md#offsetunsettled): it may be older than the group's commit,
-        and starting there would consume again what was consumed since. So the group's other
-        replicas are asked in turn; if none settles either, the newest answer is taken (a
-        rewind is still possible then, a skip never: no replica holds an offset that was not
-        committed)."""
-        header = QueryConsumerOffsetRequestHeader(
+        A replica of ours that cannot settle the read (it knows no leader) answers with what it
+        has, marked unsettled (docs/protocol.md#offsetunsettled): it may be older than the
+        group's commit, and starting there would consume again what was consumed since. So the
+        group's other replicas are asked in turn, first each asked to answer at once if it
+        knows no leader (a replica cut off from its group then costs a round trip, not its 2 s
+        wait for an election), then, if none settled, again with the wait (an election may end
+        meanwhile). If none settles either, the newest answer is taken (a rewind is still
+        possible then, a skip never: no replica holds an offset that was not committed)."""
+        plain = QueryConsumerOffsetRequestHeader(
             consumer_group=group, topic=queue.topic, queue_id=queue.queue_id
-        )
-        command = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.encode())
+        ).encode()
         what = f"query the offset of {group} on {queue}"
         accept = {ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND}
         unsettled: list[int | None] = []
-        asked: list[str] = []
-        while True:
-            try:
-                offset, response, address = await self._offset(
-                    queue, command, what, accept, exclude=asked
-                )
-            except MQClientError:
-                if unsettled:  # every other replica failed: the newest unsettled answer
-                    return max(unsettled, key=_offset_order)
-                raise
-            if response.ext_fields.get(OFFSET_UNSETTLED_FIELD) != "true":
-                return offset
-            log.info("%s: %s answered %s unsettled (it knows no leader)", what, address, offset)
-            unsettled.append(offset)
-            asked.append(address)
+        for fields in ({**plain, OFFSET_UNSETTLED_AT_ONCE_FIELD: "true"}, plain):
+            command = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, fields)
+            asked: list[str] = []
+            while True:
+                try:
+                    offset, response, address = await self._offset(
+                        queue, command, what, accept, exclude=asked
+                    )
+                except MQClientError:
+                    if unsettled:  # no other replica answered in this pass
+                        break
+                    raise
+                if response.ext_fields.get(OFFSET_UNSETTLED_FIELD) != "true":
+                    return offset
+                log.info("%s: %s answered %s unsettled (it knows no leader)", what, address, offset)
+                unsettled.append(offset)
+                asked.append(address)
+        return max(unsettled, key=_offset_order)
 
     async def update_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
         header = UpdateConsumerOffsetRequestHeader(

@@ -256,6 +256,11 @@ RAFT_FORWARDED_FIELD = "raftForwarded"
 # could not settle the read (it knew no leader; docs/protocol.md#offsetunsettled), so the
 # offset may be older than the group's. Our client then asks the group's other replicas first.
 OFFSET_UNSETTLED_FIELD = "offsetUnsettled"
+# The extFields key of our extension on a QUERY_CONSUMER_OFFSET request: "true" asks a replica
+# that knows no leader to answer unsettled at once instead of waiting for one to settle the
+# read (docs/protocol.md#offsetunsettled); our client sends it while other replicas remain to
+# be asked. Brokers that do not know it ignore it, as RocketMQ's do every unknown field.
+OFFSET_UNSETTLED_AT_ONCE_FIELD = "offsetUnsettledAtOnce"
 
 
 @attrs.frozen

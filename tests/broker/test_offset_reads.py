@@ -17,7 +17,11 @@ from broker.offsets import OffsetCoalescer
 from broker.writes import WriteFailed, Written
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
-from remoting.headers import OFFSET_UNSETTLED_FIELD, QueryConsumerOffsetRequestHeader
+from remoting.headers import (
+    OFFSET_UNSETTLED_AT_ONCE_FIELD,
+    OFFSET_UNSETTLED_FIELD,
+    QueryConsumerOffsetRequestHeader,
+)
 
 KEY = ("g", "T", 0)
 
@@ -231,8 +235,10 @@ async def test_a_replica_answers_the_newest_commit_it_knows_not_its_own_older_on
 class StubOffsets:
     def __init__(self, settled: bool, offset: int | None) -> None:
         self.settled, self.offset = settled, offset
+        self.settles = 0
 
     async def settle(self) -> bool:
+        self.settles += 1
         return self.settled
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -247,10 +253,22 @@ class StubState:
         return self.lo, self.lo + 10
 
 
-async def query_answer(settled: bool, offset: int | None, lo: int = 0) -> RemotingCommand:
-    broker = SimpleNamespace(offsets=StubOffsets(settled, offset), state=StubState(lo))
-    header = QueryConsumerOffsetRequestHeader(consumer_group="g", topic="T", queue_id=0)
-    request = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.encode())
+async def query_answer(
+    settled: bool,
+    offset: int | None,
+    lo: int = 0,
+    *,
+    at_once: bool = False,
+    leader: str | None = "n1",
+    offsets: StubOffsets | None = None,
+) -> RemotingCommand:
+    offsets = offsets or StubOffsets(settled, offset)
+    node = SimpleNamespace(leader=leader)
+    broker = SimpleNamespace(offsets=offsets, state=StubState(lo), node=node)
+    fields = QueryConsumerOffsetRequestHeader(consumer_group="g", topic="T", queue_id=0).encode()
+    if at_once:
+        fields[OFFSET_UNSETTLED_AT_ONCE_FIELD] = "true"
+    request = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, fields)
     return await handle_query_consumer_offset(broker, request, None)  # type: ignore[arg-type]
 
 
@@ -270,3 +288,19 @@ async def test_an_unsettled_offset_answer_is_marked_whatever_it_says() -> None:
         assert answer.code == code
         assert answer.ext_fields.get("offset") == expected
         assert answer.ext_fields[OFFSET_UNSETTLED_FIELD] == "true"
+
+
+async def test_asked_at_once_a_replica_without_a_leader_answers_unsettled_without_waiting() -> None:
+    offsets = StubOffsets(True, 7)
+    answer = await query_answer(True, 7, at_once=True, leader=None, offsets=offsets)
+    assert offsets.settles == 0
+    assert answer.ext_fields["offset"] == "7"
+    assert answer.ext_fields[OFFSET_UNSETTLED_FIELD] == "true"
+
+
+async def test_a_replica_with_a_leader_or_asked_plainly_settles_first() -> None:
+    for at_once, leader in ((True, "n1"), (False, None), (False, "n1")):
+        offsets = StubOffsets(True, 7)
+        answer = await query_answer(True, 7, at_once=at_once, leader=leader, offsets=offsets)
+        assert offsets.settles == 1
+        assert dict(answer.ext_fields) == {"offset": "7"}

@@ -28,7 +28,12 @@ from remoting import properties as props
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
-from remoting.headers import OFFSET_UNSETTLED_FIELD, RAFT_FORWARDED_FIELD, SendMessageRequestHeader
+from remoting.headers import (
+    OFFSET_UNSETTLED_AT_ONCE_FIELD,
+    OFFSET_UNSETTLED_FIELD,
+    RAFT_FORWARDED_FIELD,
+    SendMessageRequestHeader,
+)
 from remoting.message_id import offset_msg_id
 from remoting.server import RemotingServer, bound_port
 
@@ -68,7 +73,11 @@ class Replica:
     forwarded: bool = False  # answer as our follower does after forwarding (raftForwarded)
     # QUERY_CONSUMER_OFFSET's answer: (offset or None for QUERY_NOT_FOUND, marked unsettled)
     offset_answer: tuple[int | None, bool] | None = None
+    # the answer to a query that allows the replica its wait for a leader (no
+    # offsetUnsettledAtOnce field), when it differs: an election ended meanwhile
+    offset_answer_waited: tuple[int | None, bool] | None = None
     offset_queries: int = 0
+    offset_at_once: list[bool] = attrs.field(factory=list)  # each query's offsetUnsettledAtOnce
     requests: list[RemotingCommand] = attrs.field(factory=list)  # every send received
     stored: list[Stored] = attrs.field(factory=list)
     ends: list[RemotingCommand] = attrs.field(factory=list)  # every END_TRANSACTION received
@@ -168,7 +177,11 @@ class FakeCluster:
                 if replica.mode is Mode.DOWN or replica.mode is Mode.CLOSE:
                     conn.close("closed by the fake broker")
                     await trio.sleep_forever()
+                at_once = request.ext_fields.get(OFFSET_UNSETTLED_AT_ONCE_FIELD) == "true"
+                replica.offset_at_once.append(at_once)
                 offset, unsettled = replica.offset_answer
+                if not at_once and replica.offset_answer_waited is not None:
+                    offset, unsettled = replica.offset_answer_waited
                 fields = {} if offset is None else {"offset": str(offset)}
                 if unsettled:
                     fields[OFFSET_UNSETTLED_FIELD] = "true"

@@ -171,9 +171,25 @@ async def test_an_unsettled_offset_answer_asks_the_other_replicas(
         async with AsyncPullConsumer(GROUP, cluster.namesrv_addr) as consumer:
             queue = MessageQueue("T", "broker-a", 0)
             assert await consumer.fetch_offset(queue) == expected
-        asked = [r.offset_queries for r in cluster.replicas["broker-a"]]
-        settled_at = next((k for k, (_, u) in enumerate(answers) if not u), len(answers) - 1)
-        assert asked == [1] * (settled_at + 1) + [0] * (len(answers) - settled_at - 1)
+        asked = [r.offset_at_once for r in cluster.replicas["broker-a"]]
+        settled_at = next((k for k, (_, u) in enumerate(answers) if not u), None)
+        if settled_at is None:  # asked at once, then each again allowing its wait
+            assert asked == [[True, False]] * len(answers)
+        else:  # nobody after the first settled answer
+            assert asked == [[True]] * (settled_at + 1) + [[]] * (len(answers) - settled_at - 1)
+
+
+async def test_replicas_without_a_leader_are_asked_again_allowing_their_wait() -> None:
+    """Each answers at once that it knows no leader; asked again without the field, the
+    second waits, an election ends, and its settled answer is taken."""
+    async with fake_cluster({"broker-a": 3}, topics={"T": 1}) as cluster:
+        a, b, c = cluster.replicas["broker-a"]
+        a.offset_answer, b.offset_answer, c.offset_answer = (5, True), (6, True), (4, True)
+        b.offset_answer_waited = (9, False)
+        async with AsyncPullConsumer(GROUP, cluster.namesrv_addr) as consumer:
+            assert await consumer.fetch_offset(MessageQueue("T", "broker-a", 0)) == 9
+        assert a.offset_at_once == [True, False] and b.offset_at_once == [True, False]
+        assert c.offset_at_once == [True], "nobody is asked after a settled answer"
 
 
 async def test_unsettled_answers_are_used_when_the_other_replicas_fail() -> None:
