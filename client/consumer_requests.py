@@ -273,10 +273,19 @@ class ConsumerRequests:
                     raise
                 if response.ext_fields.get(OFFSET_UNSETTLED_FIELD) != "true":
                     return offset
-                log.info("%s: %s answered %s unsettled (it knows no leader)", what, address, offset)
+                log.debug(
+                    "%s: %s answered %s unsettled (it knows no leader)", what, address, offset
+                )
                 unsettled.append(offset)
                 asked.append(address)
-        return max(unsettled, key=_offset_order)
+        newest = max(unsettled, key=_offset_order)
+        log.warning(
+            "%s: no replica could settle the read (none knows a leader); taking the newest "
+            "offset any of them holds, %s, which may be older than the group's last commit",
+            what,
+            newest,
+        )
+        return newest
 
     async def update_offset(self, group: str, queue: MessageQueue, offset: int) -> None:
         header = UpdateConsumerOffsetRequestHeader(
