@@ -10,7 +10,8 @@ namesrv, 1 group of three `python -m broker` replicas, ASYNC_FLUSH as NATS acks 
 - produce, acknowledged messages/s: `send` from 1 task and from 32 tasks (latency p50/p99 of
   each send), `send_async` with at most 256 sends outstanding (the NATS script's window),
   the same with `auto_batch=True` (concurrent sends share batch requests; each message is still
-  acknowledged on its own), and `send_batch` of 128 messages from 2 tasks; for each, the CPU
+  acknowledged on its own), and `send_batch` of 128 messages from 2 tasks (in the first and the
+  last window of the loads, as each peer runs once before them and once after); for each, the CPU
   each process spent per acknowledged message (`cpu_us_per_msg`: this client, the leader, the
   followers, all together, from /proc/<pid>/stat), since all of them share this host's cores;
 - consume: a push consumer of a new group reading everything produced from the first offset;
@@ -172,7 +173,37 @@ async def produce_batches(namesrv: str, seconds: float) -> dict[str, Any]:
                 nursery.start_soon(sender)
         elapsed = time.monotonic() - started
     mode = f"send_batch {BATCH_SIZE} x{BATCH_TASKS}"
-    return {"mode": mode, **figures(acked, errors, elapsed, latencies), "warm_up_sends": 0}
+    row = {"mode": mode, **figures(acked, errors, elapsed, latencies), "warm_up_sends": 0}
+    return {**row, "latencies_s": latencies}  # both_windows merges them, then drops them
+
+
+def both_windows(first: dict[str, Any], last: dict[str, Any]) -> dict[str, Any]:
+    """One row for a load measured in two windows, the first and the last of the loads, as
+    each peer is measured once before them and once after: the rate over both (the mean of
+    equal windows), latency percentiles over both windows' sends, CPU weighted by messages."""
+    acked = first["acked"] + last["acked"]
+    latencies = first.pop("latencies_s") + last.pop("latencies_s")
+    seconds = first["seconds"] + last["seconds"]
+    row = {
+        "mode": first["mode"],
+        **figures(acked, first["errors"] + last["errors"], seconds, latencies),
+    }
+    row["windows_msgs_per_s"] = [first["msgs_per_s"], last["msgs_per_s"]]
+    row["warm_up_sends"] = 0
+    weights = (first["acked"] / max(1, acked), last["acked"] / max(1, acked))
+    cpus = (first["cpu_us_per_msg"], last["cpu_us_per_msg"])
+    row["cpu_us_per_msg"] = {
+        key: (
+            [
+                round(weights[0] * a + weights[1] * b, 1)
+                for a, b in zip(*(c[key] for c in cpus), strict=True)
+            ]
+            if key == "followers"
+            else round(weights[0] * cpus[0][key] + weights[1] * cpus[1][key], 1)
+        )
+        for key in cpus[0]
+    }
+    return row
 
 
 # --- consume and end to end ---------------------------------------------------------------------
@@ -374,6 +405,8 @@ async def with_cpu(
 async def loads(cluster: LocalCluster, seconds: float, consume: bool) -> dict[str, Any]:
     namesrv = cluster.namesrv_addr
     rows = []
+    # send_batch, the figure the peers are compared with, in the first and the last window
+    batches = [await with_cpu(cluster, partial(produce_batches, namesrv, seconds))]
     for tasks in SYNC_TASKS:
         rows.append(await with_cpu(cluster, partial(produce_sync, namesrv, tasks, seconds)))
         print(json.dumps(rows[-1]), flush=True)
@@ -381,7 +414,8 @@ async def loads(cluster: LocalCluster, seconds: float, consume: bool) -> dict[st
         load = partial(produce_async, namesrv, seconds, auto_batch=auto_batch)
         rows.append(await with_cpu(cluster, load))
         print(json.dumps(rows[-1]), flush=True)
-    rows.append(await with_cpu(cluster, partial(produce_batches, namesrv, seconds)))
+    batches.append(await with_cpu(cluster, partial(produce_batches, namesrv, seconds)))
+    rows.append(both_windows(*batches))
     print(json.dumps(rows[-1]), flush=True)
     result: dict[str, Any] = {"produce": rows}
     if consume:
