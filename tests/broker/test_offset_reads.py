@@ -258,7 +258,7 @@ async def query_answer(
     offset: int | None,
     lo: int = 0,
     *,
-    at_once: bool = False,
+    at_once: bool | str = False,  # True: the field as our client sends it; a str: that value
     leader: str | None = "n1",
     offsets: StubOffsets | None = None,
 ) -> RemotingCommand:
@@ -267,7 +267,7 @@ async def query_answer(
     broker = SimpleNamespace(offsets=offsets, state=StubState(lo), node=node)
     fields = QueryConsumerOffsetRequestHeader(consumer_group="g", topic="T", queue_id=0).encode()
     if at_once:
-        fields[OFFSET_UNSETTLED_AT_ONCE_FIELD] = "true"
+        fields[OFFSET_UNSETTLED_AT_ONCE_FIELD] = "true" if at_once is True else str(at_once)
     request = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, fields)
     return await handle_query_consumer_offset(broker, request, None)  # type: ignore[arg-type]
 
@@ -303,4 +303,12 @@ async def test_a_replica_with_a_leader_or_asked_plainly_settles_first() -> None:
         offsets = StubOffsets(True, 7)
         answer = await query_answer(True, 7, at_once=at_once, leader=leader, offsets=offsets)
         assert offsets.settles == 1
+        assert dict(answer.ext_fields) == {"offset": "7"}
+
+
+async def test_an_at_once_field_other_than_true_is_a_plain_read() -> None:
+    for value in ("false", "TRUE", "1", " "):
+        offsets = StubOffsets(True, 7)
+        answer = await query_answer(True, 7, at_once=value, leader=None, offsets=offsets)
+        assert offsets.settles == 1, value
         assert dict(answer.ext_fields) == {"offset": "7"}
