@@ -83,6 +83,7 @@ TRANSACTION_CHECK_MAX_MAX = 1000
 RAFT_TIMING = "tickMs, heartbeatMs, electionTimeoutMs, electionTimeoutMaxMs"
 # 32 mapped segments (dledger's SEGMENTS_OPEN_MAX) then take at most 128 GiB of address space
 SEGMENT_BYTES_MAX = 4 << 30
+CACHE_TAIL_BYTES_MAX = 1 << 50  # above any log: never let go of anything
 
 # maxMessageSize bounds the whole stored record, as RocketMQ's CommitLog checks it; it can be
 # lowered, never raised past what one log entry holds (asserted in broker/limits.py).
@@ -136,6 +137,7 @@ class BrokerConfig:
     transaction_check_interval_ms: int = 60_000  # transactionCheckInterval
     transaction_check_max: int = 15  # transactionCheckMax
     segment_bytes: int = dledger_limits.SEGMENT_BYTES_DEFAULT  # mappedFileSizeCommitLog
+    cache_tail_bytes: int = dledger_limits.CACHE_TAIL_BYTES_DEFAULT
     preferred_leader: str | None = None  # preferredLeaderId
     tick_ms: int = dledger_limits.TICK_MS_DEFAULT
     heartbeat_ms: int = dledger_limits.HEARTBEAT_TICKS_DEFAULT * dledger_limits.TICK_MS_DEFAULT
@@ -234,7 +236,11 @@ class BrokerConfig:
             self.preferred_leader,
         )
         try:
-            store = StoreConfig(segment_bytes=self.segment_bytes, flush=self.flush)
+            store = StoreConfig(
+                segment_bytes=self.segment_bytes,
+                flush=self.flush,
+                cache_tail_bytes=self.cache_tail_bytes,
+            )
         except ValueError as err:
             raise ConfigError(str(err)) from err
         return NodeConfig(
@@ -472,6 +478,10 @@ KEYS: tuple[Key, ...] = (
     Key("mappedFileSizeCommitLog", "--segment-bytes", "segment_bytes",
         read_int(dledger_limits.SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
         "log segment size; the same on every replica"),
+    Key("cacheTailBytes", "--cache-tail-bytes", "cache_tail_bytes",
+        read_int(0, CACHE_TAIL_BYTES_MAX),
+        "keep this much of the log's newest bytes in the page cache, let go of older pages "
+        "after each flush (0: leave it to the kernel)", rocketmq=False),
     Key("mappedFileSizeConsumeQueue", "--cq-file-bytes", "consume_queue_file_bytes",
         read_cq_file_bytes, "ConsumeQueue file size (bytes, a multiple of 20)"),
     Key("maxHashSlotNum", "--index-slots", "index_slots", read_int(1, 50_000_000),

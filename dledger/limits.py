@@ -84,6 +84,7 @@ FLUSH_INTERVAL_MS_DEFAULT = 500  # ASYNC_FLUSH: RocketMQ's flushIntervalCommitLo
 FLUSH_LEAST_PAGES_DEFAULT = 1024  # 4 MiB
 # ASYNC_FLUSH with flush_timed: flush whatever is dirty this often
 FLUSH_THOROUGH_INTERVAL_MS = 10_000
+CACHE_TAIL_BYTES_DEFAULT = 1 * GiB
 
 # --- relations, each with its reason -------------------------------------------------------------
 # the largest entry travels in one frame, with its envelope

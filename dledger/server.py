@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ASYNC_FLUSH: RocketMQ's timed flush (flushCommitLogTimed): at most one fsync per "
         "interval, and only once --flush-least-pages are dirty (or after 10 s)",
     )
+    p.add_argument(
+        "--cache-tail-bytes",
+        type=int,
+        default=limits.CACHE_TAIL_BYTES_DEFAULT,
+        help="keep this much of the log's newest bytes in the page cache and let go of older "
+        "pages after each flush (0: leave it to the kernel)",
+    )
     p.add_argument("--file-reserved-hours", type=float, default=72.0, help="fileReservedTime")
     p.add_argument(
         "--delete-when", type=int, default=4, help="deleteWhen: the hour retention runs (0-23)"
@@ -121,6 +128,7 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
             flush_interval_ms=args.flush_interval_ms,
             flush_least_pages=args.flush_least_pages,
             flush_timed=args.flush_timed,
+            cache_tail_bytes=args.cache_tail_bytes,
             repair=args.repair,
         )
     except ValueError as err:

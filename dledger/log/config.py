@@ -43,5 +43,10 @@ class StoreConfig:
     # ASYNC_FLUSH, RocketMQ's flushCommitLogTimed: flush at most once per flush_interval_ms,
     # and then only once flush_least_pages are dirty (or after the thorough interval)
     flush_timed: bool = False
+    # keep this much of the log behind the write position in the page cache; release the
+    # rest after each flush (0: leave it to the kernel)
+    cache_tail_bytes: int = attrs.field(
+        default=limits.CACHE_TAIL_BYTES_DEFAULT, validator=_at_least(0)
+    )
     preallocate: bool = True  # reserve a segment's blocks when it is created
     repair: bool = False  # at open, cut at a corrupt entry even when valid entries follow it

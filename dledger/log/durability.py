@@ -11,6 +11,7 @@ claim bytes another thread is still writing back.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from pathlib import Path
@@ -35,11 +36,14 @@ class FlushTicket:
     last_index: int  # everything through here was written when the ticket began
     fds: list[int]  # duplicates, closed by run(), so closing a file meanwhile is harmless
     directories: list[Path]  # directories whose entries changed (files created or removed)
+    # (duplicate fd, offset, length): page cache to let go of once the syncs are done
+    releases: list[tuple[int, int, int]] = attrs.Factory(list)
     ran: bool = False
     fsyncs: int = 0
 
     def run(self) -> None:
-        """Blocking: fdatasync the captured files, then fsync the directories.
+        """Blocking: fdatasync the captured files, fsync the directories, then advise the
+        kernel to drop the `releases` (clean by then) from the page cache.
 
         Safe in a worker thread. An error (EIO) propagates: after a failed fsync the kernel
         may have dropped the dirty pages, so the only safe answer is to stop the process.
@@ -52,8 +56,13 @@ class FlushTicket:
             for directory in self.directories:
                 fsync_dir(directory)
                 self.fsyncs += 1
+            for fd, offset, length in self.releases:
+                with contextlib.suppress(OSError):  # advice: failing to take it loses nothing
+                    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
         finally:
             for fd in self.fds:
+                os.close(fd)
+            for fd, _, _ in self.releases:
                 os.close(fd)
             self.ran = True
 

@@ -35,6 +35,10 @@ class OpenFiles(Generic[F]):
             self._files.move_to_end(key)
         return file
 
+    def peek(self, key: int) -> F | None:
+        """The open file, without counting this as a use."""
+        return self._files.get(key)
+
     def add(self, key: int, file: F) -> None:
         assert key not in self._files, key
         while len(self._files) >= self.open_max:

@@ -47,6 +47,7 @@ transactionTimeOut=3000
 transactionCheckInterval=30000
 transactionCheckMax=5
 mappedFileSizeCommitLog=1048576
+cacheTailBytes=0
 mappedFileSizeConsumeQueue=20000
 maxHashSlotNum=500
 maxIndexNum=2000
@@ -111,6 +112,7 @@ class TestFile:
             transaction_check_interval_ms=30000,
             transaction_check_max=5,
             segment_bytes=1 << 20,
+            cache_tail_bytes=0,
             consume_queue_file_bytes=20000,
             index_slots=500,
             index_items=2000,
@@ -259,6 +261,7 @@ def test_node_config_and_store_layout() -> None:
     assert config.state_dir == root / "config"
     assert (node.group, node.self_id, node.peers) == ("broker-a", "n0", config.peers)
     assert node.store.flush is FlushPolicy.SYNC_FLUSH and node.store.segment_bytes == 65536
+    assert node.store.cache_tail_bytes == 1 << 30  # the default reaches the log
     assert node.disk_max_used_ratio == 0.75 and node.delete_when_hour == 4
     assert node.raft.heartbeat_ticks == 5 and node.raft.election_ticks_min == 50
     assert config.store_host == Address("127.0.0.1", 10911)
@@ -337,6 +340,7 @@ BAD_FLAGS = {
     "host name as broker ip": (["--listen", "localhost:10911"], ["brokerIP1", "'localhost'"]),
     "bad peers": (["--peers", "n0:127.0.0.1"], ["dLegerPeers"]),
     "segment too small": (["--segment-bytes", "100"], ["mappedFileSizeCommitLog"]),
+    "negative cache tail": (["--cache-tail-bytes", "-1"], ["cacheTailBytes", "-1"]),
     "bad group name": (["--group", "a/b"], ["brokerName"]),
     "unknown flag": (["--brokerName", "x"], ["--brokerName"]),
     "missing file": (["-c", "/nonexistent/broker.properties"], ["/nonexistent/broker.properties"]),

@@ -10,7 +10,8 @@ from dledger.log.store import FlushPolicy, LogStore, StoreConfig
 from dledger.raft.entries import EntryBatch, EntryKind
 
 GROUP, SELF_ID = "g", "n0"
-TINY = StoreConfig(segment_bytes=4096, index_records_per_file=8)  # rollover all the time
+# rollover all the time, and the page cache let go of two segments behind the write position
+TINY = StoreConfig(segment_bytes=4096, index_records_per_file=8, cache_tail_bytes=8192)
 SMALL = StoreConfig(segment_bytes=64 * 1024, index_records_per_file=64)
 ASYNC_SMALL = StoreConfig(
     segment_bytes=64 * 1024, index_records_per_file=64, flush=FlushPolicy.ASYNC_FLUSH

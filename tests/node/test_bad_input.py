@@ -14,6 +14,7 @@ import trio
 
 from dledger import limits
 from dledger.client import open_client
+from dledger.config import ConfigError
 from dledger.localgroup import LocalGroup, free_port, wait_until
 from dledger.log.config import FlushPolicy
 from dledger.server import build_parser, config_from_args
@@ -208,6 +209,11 @@ class TestCommandLine:
         store = config_from_args(args).store
         assert store.flush is FlushPolicy.ASYNC_FLUSH
         assert store.flush_timed and store.flush_least_pages == 4
+        assert default.cache_tail_bytes == limits.CACHE_TAIL_BYTES_DEFAULT
+        args = build_parser().parse_args([*base, "--cache-tail-bytes", "0"])
+        assert config_from_args(args).store.cache_tail_bytes == 0
+        with pytest.raises(ConfigError, match="cache_tail_bytes must be at least 0"):
+            config_from_args(build_parser().parse_args([*base, "--cache-tail-bytes", "-1"]))
 
     def test_port_in_use_exits_1(self, tmp_path: Path) -> None:
         with socket.socket() as s:
