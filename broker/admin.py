@@ -152,6 +152,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "bootTimestamp": str(broker.started_ms),
         "flushDiskType": broker.config.flush.value,
         "forwardedWrites": str(broker.writes.forwarded),
+        "pullColdReadBytes": str(broker.cold_read_bytes),
         "offsetEntriesWritten": str(broker.offsets.entries_written),
         "topicCount": str(len(broker.state.metadata.topics)),
     }

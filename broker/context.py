@@ -43,6 +43,7 @@ class Broker:
     clients: ClientRegistry
     offsets: OffsetCoalescer
     started_ms: int = 0
+    cold_read_bytes: int = 0  # read in for pulls behind the log's page-cache tail
     disk: DiskGuard = attrs.field(
         default=attrs.Factory(
             lambda self: DiskGuard(self.config.store_root, self.config.disk_max_used_percent / 100),

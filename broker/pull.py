@@ -21,6 +21,7 @@ from broker.filter.errors import FilterError
 from broker.filter.subscription import EVERYTHING, SubscriptionFilter, compile_subscription
 from broker.metadata import PERM_READ
 from dledger.log.errors import LogError
+from dledger.log.page_cache import read_in
 from remoting import stored_message
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -81,6 +82,7 @@ async def handle_pull(
     deadline = trio.current_time() + suspend_s
     offset, held = header.queue_offset, False
     while True:
+        await _read_in_cold(broker, topic, queue_id, offset, wanted, wanted_filter)
         response = _read(
             broker, request, topic, queue_id, offset, wanted, wanted_filter, _sure(broker)
         )
@@ -95,6 +97,37 @@ async def handle_pull(
         with trio.move_on_at(deadline):
             await broker.state.wait_arrival(topic, queue_id)
         held = True
+
+
+async def _read_in_cold(
+    broker: Broker,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    wanted: int,
+    wanted_filter: SubscriptionFilter,
+) -> None:
+    """A consumer far behind pulls messages that left the log's page cache (behind its cache
+    tail): read them in a worker thread first, so that `_read` does not wait for the disk on
+    the event loop, in a fault of the segment's mapping, while every other client waits. One
+    ConsumeQueue unit tells whether the pull starts in the cache, the common case."""
+    state = broker.state
+    lo, hi = state.queue_range(topic, queue_id)
+    if not lo <= offset < hi:  # nothing to read: _read answers that
+        return
+    first = state.units(topic, queue_id, offset, 1)
+    if not first or not state.store.left_cache(first[0].physical_offset):
+        return
+    codes = wanted_filter.tag_codes
+    scan = wanted if codes is None else SCAN_UNITS_MAX
+    units = [
+        u
+        for u in state.units(topic, queue_id, offset, scan)
+        if codes is None or u.tag_hash in codes
+    ]
+    runs = state.cold_runs(units[:wanted])
+    if runs:
+        broker.cold_read_bytes += await trio.to_thread.run_sync(read_in, runs)
 
 
 def _subscription_filter(

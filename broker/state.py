@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,6 +51,7 @@ from broker.transactions import (
     immunity_ms_of,
 )
 from dledger import limits as dledger_limits
+from dledger.log.page_cache import Run
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
 from dledger.node import ProposalRefused
@@ -66,6 +67,7 @@ log = logging.getLogger("broker.state")
 STATE_FILE = "broker-state"
 STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
+COLD_SPAN_GAP_MAX = 64 * 1024  # cold messages this close are read in as one run
 REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
 RECENT_SENDS_MAX = 65536
 PENDING_OPS_MAX = 1_000_000  # metadata ops kept while waiting for a snapshot (rebuild only)
@@ -622,6 +624,18 @@ class BrokerState:
         if queue is None:
             return []
         return queue.read(queue_offset, count_max)
+
+    def cold_runs(self, units: Iterable[Unit]) -> list[Run]:
+        """The log bytes of these units' messages that left the page cache (behind the log's
+        cache tail), nearby ones merged, for `dledger.log.page_cache.read_in`."""
+        spans: list[tuple[int, int]] = []
+        for unit in units:
+            lo, hi = unit.physical_offset - HEADER_BYTES, unit.physical_offset + unit.size
+            if spans and spans[-1][0] <= lo <= spans[-1][1] + COLD_SPAN_GAP_MAX:
+                spans[-1] = (spans[-1][0], max(hi, spans[-1][1]))
+            else:
+                spans.append((lo, hi))
+        return self.store.cold_runs(spans)
 
     def record_at(self, physical_offset: int) -> bytes:
         """The stored message at `physical_offset` (Compacted, CorruptEntry as the log store)."""

@@ -11,7 +11,6 @@ claim bytes another thread is still writing back.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Protocol
 
 import attrs
 
+from dledger.log.page_cache import Run, close, let_go
 from dledger.log.state_file import fsync_dir
 
 
@@ -36,8 +36,7 @@ class FlushTicket:
     last_index: int  # everything through here was written when the ticket began
     fds: list[int]  # duplicates, closed by run(), so closing a file meanwhile is harmless
     directories: list[Path]  # directories whose entries changed (files created or removed)
-    # (duplicate fd, offset, length): page cache to let go of once the syncs are done
-    releases: list[tuple[int, int, int]] = attrs.Factory(list)
+    releases: list[Run] = attrs.Factory(list)  # page cache to let go of after the syncs
     ran: bool = False
     fsyncs: int = 0
 
@@ -56,14 +55,12 @@ class FlushTicket:
             for directory in self.directories:
                 fsync_dir(directory)
                 self.fsyncs += 1
-            for fd, offset, length in self.releases:
-                with contextlib.suppress(OSError):  # advice: failing to take it loses nothing
-                    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+            releases, self.releases = self.releases, []
+            let_go(releases)
         finally:
             for fd in self.fds:
                 os.close(fd)
-            for fd, _, _ in self.releases:
-                os.close(fd)
+            close(self.releases)  # not let go of: a sync failed
             self.ran = True
 
 

@@ -13,10 +13,10 @@ calls (writer, reader, recovery, durability, retention).
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ from dledger.log.index_file import IndexFiles
 from dledger.log.layout import StorePaths, lock_store
 from dledger.log.meta import Checkpoint, Meta, now_ms, open_meta, read_checkpoint, write_meta
 from dledger.log.meta import write_checkpoint as write_checkpoint_file
+from dledger.log.page_cache import CacheTail, Run
 from dledger.log.reader import EntryReader, StoredEntry
 from dledger.log.recent import RecentAppends
 from dledger.log.recovery import RecoveryReport, recover
@@ -95,7 +96,7 @@ class LogStore:
         self._checkpoint = Checkpoint()
         self._checkpoint_lock = threading.Lock()  # write_checkpoint may run in a worker thread
         self._interval_start_ms: int | None = None
-        self._cache_kept_from = 0  # the page cache before this log position was let go of
+        self._cache = CacheTail(self._segments, config.cache_tail_bytes)
         self._closed = False
         self.recovery = RecoveryReport(True, 0, 0, 0, 0, 0, 0)
 
@@ -402,40 +403,20 @@ class LogStore:
         """Capture what is dirty (loop thread); None when nothing is."""
         ticket = self._durability.begin(self._last_index)
         if ticket is not None:
-            ticket.releases = self._cache_releases()
+            ticket.releases = self._cache.releases(
+                self._writer.write_position, self._start.position
+            )
         return ticket
 
-    def _cache_releases(self) -> list[tuple[int, int, int]]:
-        """The page cache this flush lets go of, once its syncs are done: what lies more than
-        cache_tail_bytes behind the write position and was not let go of before. Every byte
-        before the write position is clean once the ticket ran (it syncs every file written
-        since the last ticket), and a page still dirty would only be written back, not lost.
-        Pages this process mapped by reading are unmapped first, or the kernel would keep them.
+    def left_cache(self, position: int) -> bool:
+        """Whether the byte at `position` was let go of from the page cache (behind the tail)."""
+        return position < self._cache.kept_from
 
-        Why: on a VM whose host takes back free memory (free page reporting, ballooning), a
-        page the cache has never used costs a fault in the host, ~10 us, and a log that keeps
-        growing its cache pays it for every page it writes; a cache that recycles its pages
-        does not (docs/decisions.md, "The log keeps only its newest bytes in the page cache").
-        """
-        tail = self.config.cache_tail_bytes
-        limit = self._writer.write_position - tail
-        start = max(self._cache_kept_from, self._start.position)
-        if not tail or limit <= start:
-            return []
-        self._cache_kept_from = limit
-        releases = []
-        segments = self._segments
-        while start < limit:
-            base = segments.base_of(start)
-            end = min(limit, base + self.segment_bytes)
-            segment = segments.open_files.peek(base)  # a closed one is left to the kernel
-            if segment is not None and segment.fd >= 0:
-                offset = start - base
-                aligned = offset - offset % mmap.PAGESIZE
-                segment.mm.madvise(mmap.MADV_DONTNEED, aligned, end - base - aligned)
-                releases.append((os.dup(segment.fd), offset, end - start))
-            start = end
-        return releases
+    def cold_runs(self, spans: Iterable[tuple[int, int]]) -> list[Run]:
+        """Loop thread: the parts of the byte spans [lo, hi) that left the page cache behind
+        its tail, for `dledger.log.page_cache.read_in` to read in a worker thread before they
+        are read here (empty, the common case, when all are in the tail)."""
+        return self._cache.cold_runs(spans, self._start.position)
 
     def complete_flush(self, ticket: FlushTicket) -> int:
         """After ticket.run(): raise durable_index to what it covered; returns durable_index."""

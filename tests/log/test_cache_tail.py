@@ -10,6 +10,7 @@ import mmap
 import os
 from pathlib import Path
 
+from dledger.log.page_cache import read_in
 from dledger.log.store import LogStore, StoreConfig
 from tests.log.helpers import batch_of, body, open_store, segment_files
 
@@ -111,3 +112,26 @@ def test_letting_go_survives_truncation_reopen_and_rewrite(tmp_path: Path) -> No
         assert [store._reader.get(i).body for i in (1, ENTRIES, ENTRIES + 300)] == [
             body(i, 1, ENTRY_BODY) for i in (1, ENTRIES, ENTRIES + 300)
         ]
+
+
+def test_cold_runs_read_in_what_was_let_go_of(tmp_path: Path) -> None:
+    config = StoreConfig(segment_bytes=SEGMENT, cache_tail_bytes=TAIL)
+    with open_store(tmp_path, config) as store:
+        fill(store, 1, ENTRIES)
+        store.flush()
+        # entries 300-310 span a stretch of segment 1, let go of at the flush
+        lo, hi = store.positions(300, 310)[::10]  # (from the index: a read would fault them in)
+        assert store.left_cache(lo) and store.left_cache(hi)
+        assert not any(log_residency(tmp_path)[lo // mmap.PAGESIZE : hi // mmap.PAGESIZE])
+        runs = store.cold_runs([(lo, hi)])
+        assert [(offset, length) for _, offset, length in runs] == [(lo - SEGMENT, hi - lo)]
+        assert read_in(runs) == hi - lo
+        assert all(log_residency(tmp_path)[lo // mmap.PAGESIZE : hi // mmap.PAGESIZE])
+        # the newest bytes are in the tail: nothing to read in
+        newest = store.positions(ENTRIES, ENTRIES)[0]
+        assert not store.left_cache(newest)
+        assert store.cold_runs([(newest, store.next_position)]) == []
+        # a span across a segment boundary comes back as one run per segment
+        runs = store.cold_runs([(SEGMENT - 100, SEGMENT + 100)])
+        assert [(offset, length) for _, offset, length in runs] == [(SEGMENT - 100, 100), (0, 100)]
+        assert read_in(runs) == 200
