@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import trio
 
+from broker.consume_queue import Unit
 from broker.context import Broker
 from broker.filter.errors import FilterError
 from broker.filter.subscription import EVERYTHING, SubscriptionFilter, compile_subscription
@@ -82,8 +83,7 @@ async def handle_pull(
     deadline = trio.current_time() + suspend_s
     offset, held = header.queue_offset, False
     while True:
-        await _read_in_cold(broker, topic, queue_id, offset, wanted, wanted_filter)
-        response = _read(
+        response = await _read(
             broker, request, topic, queue_id, offset, wanted, wanted_filter, _sure(broker)
         )
         now = trio.current_time()
@@ -100,32 +100,17 @@ async def handle_pull(
 
 
 async def _read_in_cold(
-    broker: Broker,
-    topic: str,
-    queue_id: int,
-    offset: int,
-    wanted: int,
-    wanted_filter: SubscriptionFilter,
+    broker: Broker, units: list[Unit], wanted: int, codes: frozenset[int] | None
 ) -> None:
     """A consumer far behind pulls messages that left the log's page cache (behind its cache
-    tail): read them in a worker thread first, so that `_read` does not wait for the disk on
-    the event loop, in a fault of the segment's mapping, while every other client waits. One
-    ConsumeQueue unit tells whether the pull starts in the cache, the common case."""
+    tail): read them in a worker thread first, so that the pull does not wait for the disk on
+    the event loop, in a fault of the segment's mapping, while every other client waits. The
+    first unit tells whether the pull starts in the cache, the common case."""
     state = broker.state
-    lo, hi = state.queue_range(topic, queue_id)
-    if not lo <= offset < hi:  # nothing to read: _read answers that
+    if not units or not state.store.left_cache(units[0].physical_offset):
         return
-    first = state.units(topic, queue_id, offset, 1)
-    if not first or not state.store.left_cache(first[0].physical_offset):
-        return
-    codes = wanted_filter.tag_codes
-    scan = wanted if codes is None else SCAN_UNITS_MAX
-    units = [
-        u
-        for u in state.units(topic, queue_id, offset, scan)
-        if codes is None or u.tag_hash in codes
-    ]
-    runs = state.cold_runs(units[:wanted])
+    matching = [u for u in units if codes is None or u.tag_hash in codes]
+    runs = state.cold_runs(matching[:wanted])
     if runs:
         broker.cold_read_bytes += await trio.to_thread.run_sync(read_in, runs)
 
@@ -213,7 +198,7 @@ def _fields(next_begin: int, lo: int, hi: int) -> dict[str, str]:
     ).encode()
 
 
-def _read(
+async def _read(
     broker: Broker,
     request: RemotingCommand,
     topic: str,
@@ -258,6 +243,7 @@ def _read(
     codes, predicate = wanted_filter.tag_codes, wanted_filter.predicate
     scan = wanted if codes is None and predicate is None else SCAN_UNITS_MAX
     units = state.units(topic, queue_id, offset, scan)
+    await _read_in_cold(broker, units, wanted, codes)
     records: list[bytes] = []
     size = 0
     next_begin = offset
