@@ -153,6 +153,7 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "flushDiskType": broker.config.flush.value,
         "forwardedWrites": str(broker.writes.forwarded),
         "pullColdReadBytes": str(broker.cold_read_bytes),
+        "lookupColdReadBytes": str(broker.state.lookup_cold_read_bytes),
         "offsetEntriesWritten": str(broker.offsets.entries_written),
         "topicCount": str(len(broker.state.metadata.topics)),
     }

@@ -34,6 +34,7 @@ async def message_at(state: BrokerState, physical_offset: int) -> stored_message
     """The stored message at `physical_offset`, waiting up to LOOKUP_WAIT_S for one this
     replica has not stored or applied yet. Raises LookupFailed."""
     deadline = trio.current_time() + LOOKUP_WAIT_S
+    await state.read_in_records([physical_offset])
     while True:
         why = "no entry starts there"
         position = physical_offset - HEADER_BYTES

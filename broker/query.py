@@ -50,6 +50,7 @@ async def handle_view_message(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> RemotingCommand:
     header = ViewMessageRequestHeader.decode(request.ext_fields)
+    await broker.state.read_in_records([header.offset])
     found = applied_record(broker, header.offset)
     if isinstance(found, str):
         return request.response(
@@ -73,6 +74,7 @@ async def handle_query_message(
     offsets = index.query(
         header.topic, header.key, count_max, header.begin_timestamp, header.end_timestamp
     )
+    await broker.state.read_in_records(offsets)
     records = []
     for physical_offset in offsets:
         found = applied_record(broker, physical_offset)

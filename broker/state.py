@@ -51,7 +51,7 @@ from broker.transactions import (
     immunity_ms_of,
 )
 from dledger import limits as dledger_limits
-from dledger.log.page_cache import Run
+from dledger.log.page_cache import Run, read_in
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
 from dledger.node import ProposalRefused
@@ -68,6 +68,7 @@ STATE_FILE = "broker-state"
 STATE_MAGIC = b"BKST"
 HEADER_BYTES = dledger_limits.ENTRY_HEADER_BYTES  # physical offset = entry position + this
 COLD_SPAN_GAP_MAX = 64 * 1024  # cold messages this close are read in as one run
+COLD_RECORD_BYTES = 64 * 1024  # read in from a cold message looked up by its offset
 REINDEX_READ_BYTES = 16 << 20  # one read of the log while re-indexing after a restart
 RECENT_SENDS_MAX = 65536
 PENDING_OPS_MAX = 1_000_000  # metadata ops kept while waiting for a snapshot (rebuild only)
@@ -115,6 +116,7 @@ class BrokerState:
         self.geometry = geometry or Geometry()
         self.metadata = Metadata()
         self.applied_index = store.first_index - 1
+        self.lookup_cold_read_bytes = 0  # read in by read_in_records
         self.applied_term = 0  # the term of the last entry applied in this run
         self.queues: ConsumeQueueSet
         self.index: IndexStore
@@ -628,9 +630,28 @@ class BrokerState:
     def cold_runs(self, units: Iterable[Unit]) -> list[Run]:
         """The log bytes of these units' messages that left the page cache (behind the log's
         cache tail), nearby ones merged, for `dledger.log.page_cache.read_in`."""
+        return self._cold_runs((u.physical_offset, u.size) for u in units)
+
+    async def read_in_records(self, physical_offsets: Iterable[int]) -> None:
+        """Before messages looked up by physical offset (queries, send-backs, transaction ends)
+        are read on the loop: read in, in a worker thread, those that left the page cache
+        behind the log's tail, or the loop would wait for the disk in a fault of the segment's
+        mapping while every client waits. Their sizes are not known yet: the first
+        COLD_RECORD_BYTES of each (all of most messages; the rest of a larger one faults in
+        on the loop, one read-ahead)."""
+        store = self.store
+        cold = sorted(p for p in physical_offsets if store.left_cache(p - HEADER_BYTES))
+        if not cold:
+            return
+        runs = self._cold_runs((p, COLD_RECORD_BYTES) for p in cold)
+        if runs:
+            self.lookup_cold_read_bytes += await trio.to_thread.run_sync(read_in, runs)
+
+    def _cold_runs(self, records: Iterable[tuple[int, int]]) -> list[Run]:
+        """`cold_runs` of (physical offset, size) pairs in log order."""
         spans: list[tuple[int, int]] = []
-        for unit in units:
-            lo, hi = unit.physical_offset - HEADER_BYTES, unit.physical_offset + unit.size
+        for physical_offset, size in records:
+            lo, hi = physical_offset - HEADER_BYTES, physical_offset + size
             if spans and spans[-1][0] <= lo <= spans[-1][1] + COLD_SPAN_GAP_MAX:
                 spans[-1] = (spans[-1][0], max(hi, spans[-1][1]))
             else:
