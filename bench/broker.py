@@ -241,6 +241,44 @@ def raft_terms(cluster: LocalCluster) -> list[int]:
     return [int(t["raftTerm"]) for t in tables if t]
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process `pid` has used so far, from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_snapshot(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds used so far by this process (the client) and by each of the cluster's."""
+    found = {"client": time.process_time()}
+    for name, pid in cluster.pids().items():
+        used = process_cpu_s(pid)
+        if used is not None:
+            found[name] = used
+    return found
+
+
+def cpu_per_message(
+    before: dict[str, float], after: dict[str, float], acked: int, leader: str, load_s: float
+) -> dict[str, Any]:
+    """What each process spent per acknowledged message, in us, from two cpu_snapshot()s and
+    the load processes' own CPU (`load_s`): on a host whose cores they all share, the total
+    decides the rate. "client" is this process (idle while the load processes send)."""
+    acked = max(1, acked)
+    spent = {n: (after[n] - before[n]) * 1e6 / acked for n in after if n in before}
+    spent["load"] = load_s * 1e6 / acked
+    return {
+        "load": round(spent["load"], 1),
+        "leader": round(spent.get(leader, 0.0), 1),
+        "followers": sorted(
+            round(v, 1) for n, v in spent.items() if n.startswith(GROUP) and n != leader
+        ),
+        "total": round(sum(spent.values()), 1),
+    }
+
+
 # --- a load-generator process: python -m bench.broker --worker '{"address": ...}' -------------
 
 
@@ -285,12 +323,15 @@ async def worker(spec: dict[str, Any]) -> dict[str, Any]:
                 acked += 1
 
         t_start = time.time()
+        cpu_start = time.process_time()
         async with trio.open_nursery() as nursery:
             for k in range(spec["senders"]):
                 nursery.start_soon(sender, k)
         t_end = time.time()
+        cpu_s = time.process_time() - cpu_start
     return {
         "acked": acked,
+        "cpu_s": cpu_s,
         "errors": errors,
         "error_codes": error_codes,
         "t_start": t_start,
@@ -400,11 +441,21 @@ def load(cluster: LocalCluster, senders: int, seconds: float) -> dict[str, Any]:
     trio.run(create_topic, address)
     terms_before = raft_terms(cluster)
     load_before = os.getloadavg()[0]
+    leader = cluster.replica_at(address)
+    cpu_before = cpu_snapshot(cluster)
     reports, steal = run_workers(address, senders, seconds)
+    cpu_after = cpu_snapshot(cluster)
     load_after = os.getloadavg()[0]
     terms_after = raft_terms(cluster)
     row = {"senders": senders, "processes": len(reports), **combine(reports)}
     row["elections_during_load"] = max(terms_after) - max(terms_before)
+    row["cpu_us_per_msg"] = cpu_per_message(
+        cpu_before,
+        cpu_after,
+        row["acked"],
+        leader.name if leader is not None else "",
+        sum(w.get("cpu_s", 0.0) for w in reports),
+    )
     row["cpu_steal_pct"] = steal
     # steal misses other work inside this VM (other agents, a soak): its run queue shows it
     row["loadavg_1m"] = [round(load_before, 1), round(load_after, 1)]
@@ -653,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['elections_during_load']:>9} {r['cpu_steal_pct']!s:>7} {r['loadavg_1m'][1]:>5} {r['pull_msgs_per_s']:>11,}",
                     flush=True,
                 )
+                print(f"  cpu us per acked message: {r['cpu_us_per_msg']}", flush=True)
                 if r["log_problems"]:
                     counts = {k: v["count"] for k, v in r["log_problems"].items()}
                     print(f"  ERROR lines in process logs: {counts}", flush=True)
@@ -708,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
         "4 senders; kill -9 of the leader; time to the first SEND_OK after the kill; a sender that "
         "loses its broker asks the name server for the route, else tries the next replica. "
         "of_dledger: msgs/s over bench/results/dledger.json's entries/s for the same policy and "
-        "count (with --dledger-too: bench.dledger's load run just before the row, this session). cpu_steal_pct as in bench.dledger: compare rows with low steal; loadavg_1m (before, "
+        "count (with --dledger-too: bench.dledger's load run just before the row, this session). cpu_us_per_msg: CPU per acknowledged message of the load processes (their own measure of the load), the leader, each follower and all together (the name server and this process too): where the time goes. cpu_steal_pct as in bench.dledger: compare rows with low steal; loadavg_1m (before, "
         "after the load) shows other work inside this VM, which steal does not.",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ from typing import Any
 
 import trio
 
-from bench.broker import create_topic, leader_address, raft_terms, rejoined
+from bench.broker import cpu_snapshot, create_topic, leader_address, raft_terms, rejoined
 from bench.dledger import live_summary, peer_figures, percentile, run_peer_or_record
 from broker.localcluster import LocalCluster
 from client import AsyncProducer, Message, MQClientError, SendResult
@@ -357,25 +357,6 @@ def with_cluster(
         return trio.run(run)
     finally:
         cluster.stop_all()
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) process `pid` has used so far, from /proc/<pid>/stat."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_snapshot(cluster: LocalCluster) -> dict[str, float]:
-    """CPU seconds used so far by this process (the client) and by each of the cluster's."""
-    found = {"client": time.process_time()}
-    for name, pid in cluster.pids().items():
-        used = process_cpu_s(pid)
-        if used is not None:
-            found[name] = used
-    return found
 
 
 async def with_cpu(

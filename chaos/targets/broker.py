@@ -54,6 +54,10 @@ BROKER_ARGS = [
     "4096",
     "--index-items",
     "16384",
+    # a small page-cache tail: a consumer or a follower behind by more than 1 MiB reads what the
+    # store let go of (the read-in paths of broker/pull.py and broker/lookup.py) under faults
+    "--cache-tail-bytes",
+    str(1 * limits.MiB),
     "--log-level",
     "INFO",
 ]

@@ -35,6 +35,8 @@ SERVER_ARGS = [
     str(SEGMENT_BYTES),
     "--index-records-per-file",
     str(INDEX_RECORDS_PER_FILE),
+    "--cache-tail-bytes",  # small: catch-up reads what the store let go of, under faults
+    str(1 * limits.MiB),
     "--log-level",
     "INFO",
 ]

@@ -138,3 +138,14 @@ def test_bad_flags_exit_2_before_anything_runs(
         bench.main(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_cpu_per_message_splits_the_load_the_leader_and_the_followers() -> None:
+    before = {"client": 1.0, "namesrv-0": 5.0, "broker-a-n0": 10.0, "broker-a-n1": 3.0,
+              "broker-a-n2": 4.0, "gone": 1.0}  # fmt: skip
+    after = {"client": 1.0, "namesrv-0": 5.01, "broker-a-n0": 10.5, "broker-a-n1": 3.1,
+             "broker-a-n2": 4.2}  # fmt: skip
+    cpu = bench.cpu_per_message(before, after, 10_000, "broker-a-n0", load_s=0.4)
+    assert cpu == {"load": 40.0, "leader": 50.0, "followers": [10.0, 20.0], "total": 121.0}
+    # nothing acknowledged: per one message, not a division by zero
+    assert bench.cpu_per_message(before, before, 0, "broker-a-n0", 0.0)["total"] == 0.0
