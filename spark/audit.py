@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -36,6 +37,13 @@ from spark.broker_history import read as read_broker_history
 from spark.progress import Progress
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def memory_size(text: str) -> str:
+    """A JVM memory size as Spark takes it: digits and a unit, m or g (512m, 8g)."""
+    if re.fullmatch(r"[1-9][0-9]*[mMgG]", text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 512m or 8g")
+    return text.lower()
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,6 +85,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         help="broker stores: IndexFile items, as the brokers' --index-items (maxIndexNum); "
         "default: inferred, as --index-slots",
+    )
+    parser.add_argument(
+        "--driver-memory",
+        type=memory_size,
+        default=session.DRIVER_MEMORY_DEFAULT,
+        metavar="SIZE",
+        help="heap of the Spark driver JVM, which is the executor too with local[...], e.g. 8g; "
+        f"default a quarter of this machine's memory, 2g-16g (here {session.DRIVER_MEMORY_DEFAULT})",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser.parse_args(argv)
@@ -127,7 +143,7 @@ def main(argv: Sequence[str] | None = None, *, spark: SparkSession | None = None
     owned = spark is None
     if spark is None:
         try:
-            spark = session.start(args.master)
+            spark = session.start(args.master, driver_memory=args.driver_memory)
         except (PySparkRuntimeError, session.SessionInUse) as err:
             # no java, a bad JAVA_HOME, a JVM that will not start: an unreadable history, read
             # meanwhile, is still the first thing to tell

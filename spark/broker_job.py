@@ -159,13 +159,18 @@ def run(
     for group, _replica, name, count in headers:
         fewest[(group, name)] = min(fewest.get((group, name), count), count)
     hashed = {(g, r, name): fewest[(g, name)] for g, r, name, _ in headers}
-    messages = broker_read.messages(spark, stores).persist(StorageLevel.MEMORY_AND_DISK)
-    units = broker_read.queue_units(spark, stores).persist(StorageLevel.MEMORY_AND_DISK)
+    # Cached on disk, not in the JVM's heap: the heap is a fixed size (spark/session.py) and
+    # these frames grow with the stores. A 30-minute broker soak's stores (7.6M entries over six
+    # replicas) cached MEMORY_AND_DISK ran a 2 GiB driver out of heap (java.lang.OutOfMemoryError
+    # in the memory store) instead of spilling; from disk (the page cache, in practice) every
+    # rule still reads them without reading the stores again.
+    messages = broker_read.messages(spark, stores).persist(StorageLevel.DISK_ONLY)
+    units = broker_read.queue_units(spark, stores).persist(StorageLevel.DISK_ONLY)
     index = (
         broker_read.index_rows(spark, stores, geometry, hashed)
         if geometry is not None
         else frames.empty(spark, broker_read.INDEX_SCHEMA)
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    ).persist(StorageLevel.DISK_ONLY)
     # a replica with an IndexFile that could not be read whole is not asked for every key
     unread = {
         (f["group"], f["replica"])

@@ -15,7 +15,25 @@ from spark import jvm_archive
 
 LOOPBACK = "127.0.0.1"
 SHUFFLE_PARTITIONS_DEFAULT = 8  # the audit shuffles little: group checks on narrow columns
-DRIVER_MEMORY_DEFAULT = "2g"  # local mode: the driver JVM is also the executor (cached entries)
+# local mode: the driver JVM is also the executor. The broker rules' joins and groupings over
+# every message grow with the stores: a 30-minute broker soak's (7.3M messages over six replicas)
+# ran a 2 GiB heap out of space (session 19), so the default takes a quarter of the machine's
+# memory, within these bounds (`dledger-audit --driver-memory` to choose)
+DRIVER_MEMORY_MIN_MIB = 2048
+DRIVER_MEMORY_MAX_MIB = 16384
+
+
+def driver_memory_default() -> str:
+    """A quarter of physical memory in MiB, within DRIVER_MEMORY_MIN_MIB..MAX_MIB."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        total = 0
+    mib = total // 4 // (1 << 20)
+    return f"{min(max(mib, DRIVER_MEMORY_MIN_MIB), DRIVER_MEMORY_MAX_MIB)}m"
+
+
+DRIVER_MEMORY_DEFAULT = driver_memory_default()
 EXECUTOR_MEMORY_DEFAULT = "1g"  # standalone workers: per executor JVM
 # Spark's generated code for the audit's wide rows has methods over HotSpot's 8000-byte JIT
 # limit; without this they run interpreted (the row rules' pass took twice as long).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark import audit, report
+from spark import audit, report, session
 from tests.spark import stores
 
 
@@ -110,4 +110,27 @@ def test_a_replica_line_shows_what_was_read_and_sound_beside_the_claim() -> None
     cut = {**r, "sound_entries": 54, "sound_first_index": 1, "sound_last_index": 54}
     assert report.replica_line(cut) == (
         "54 sound entries 1..54 (index files claim 60 entries 1..60), commit 60"
+    )
+
+
+def test_a_bad_driver_memory_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("2x", "0g", "1k", "lots", "1.5g"):
+        code, err = run(["--stores", "s", "--out", "o", "--driver-memory", bad], capsys)
+        assert code == 2 and f"{bad!r} is not a memory size such as 512m or 8g" in err
+    assert (
+        audit.parse_args(["--stores", "s", "--out", "o", "--driver-memory", "8G"]).driver_memory
+        == "8g"
+    )
+
+
+def test_the_driver_heap_is_a_quarter_of_the_machine_within_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sizes = {"SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(session.os, "sysconf", lambda name: sizes[name])
+    for ram_gib, heap in ((4, "2048m"), (24, "6144m"), (256, "16384m")):
+        sizes["SC_PHYS_PAGES"] = ram_gib * (1 << 30) // 4096
+        assert session.driver_memory_default() == heap
+    assert audit.parse_args(["--stores", "s", "--out", "o"]).driver_memory == (
+        session.DRIVER_MEMORY_DEFAULT
     )
