@@ -5,9 +5,9 @@ see it, on this machine.
 
 For each flush policy (ASYNC_FLUSH, SYNC_FLUSH) and each sender count (1, 16, 128): a fresh
 cluster (1 name server, 1 broker group of three `python -m broker` replicas on 127.0.0.1); the
-senders, spread over load-generator processes (1 for one sender, 2 for 16, 4 for 128; each runs
-its senders as trio tasks over a few connections), send 1 KiB bodies with SEND_MESSAGE to the
-leader back to back for a fixed time; acknowledged (SEND_OK) messages/s and send latency
+senders, spread over load-generator processes (1 for one sender, 2 for 16, 4 for 128, each on up
+to 4 connections), send 1 KiB bodies with SEND_MESSAGE to the leader back to back for a fixed
+time, each its next message as soon as its last is acknowledged; acknowledged (SEND_OK) messages/s and send latency
 p50/p99. Then everything sent is pulled back from the leader with PULL_MESSAGE, 32 per pull;
 messages/s. Then failover as a sender sees it: senders sending continuously (one that loses its
 broker asks the name server for the route and otherwise tries the next replica: any replica
@@ -28,6 +28,7 @@ confirms) in acked messages/s; failover p99 < 0.5 s.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -54,10 +55,12 @@ from bench.dledger import (
     steal_pct,
 )
 from broker.localcluster import LocalCluster
+from remoting import limits as remoting_limits
 from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
+from remoting.frame import FrameDecoder, encode
 
 BODY_BYTES = 1024
 SENDER_COUNTS = (1, 16, 128)
@@ -283,56 +286,51 @@ def cpu_per_message(
 
 
 async def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """A load process: its senders over a few connections. A sender sends its next message as
+    soon as its last one is acknowledged, as a RocketMQ producer's thread calling send() does;
+    here each connection carries its senders' requests itself (`_pipeline`), one task per
+    connection, writing the requests that the responses of one read make due in one write, so
+    that the load process costs the shared cores little (bench.broker's docstring)."""
     body = os.urandom(BODY_BYTES)
+    connections = spec["connections"]
+    counts = {"acked": 0, "errors": 0}
     latencies: list[float] = []
-    acked = errors = 0
     error_codes: dict[str, int] = {}
     async with AsyncExitStack() as stack:
         conns = [  # each connect has its own timeout; a nursery each, so not in fail_after
             await stack.enter_async_context(open_connection(*host_port(spec["address"])))
-            for _ in range(spec["connections"])
+            for _ in range(connections)
         ]
         with trio.fail_after(WORKER_READY_S):
             for i, conn in enumerate(conns):
                 for n in range(WORKER_WARMUP_SENDS):  # every queue: its files exist before "go"
                     request = send_request((i + n) % QUEUES, body)
                     await conn.request(request, timeout_s=SEND_TIMEOUT_S)
+        for conn in conns:
+            conn.close()
+        streams = [
+            await stack.enter_async_context(await trio.open_tcp_stream(*host_port(spec["address"])))
+            for _ in range(connections)
+        ]
         print("ready", flush=True)
         await trio.to_thread.run_sync(sys.stdin.readline)  # "go", once every process is ready
         stop_at = time.perf_counter() + spec["seconds"]
-
-        async def sender(k: int) -> None:
-            nonlocal acked, errors
-            conn = conns[k % len(conns)]
-            queue_id = (spec["first"] + k) % QUEUES
-            while time.perf_counter() < stop_at:
-                t0 = time.perf_counter()
-                try:
-                    response = await conn.request(send_request(queue_id, body), SEND_TIMEOUT_S)
-                except NET_ERRORS as err:
-                    errors += 1
-                    name = type(err).__name__
-                    error_codes[name] = error_codes.get(name, 0) + 1
-                    await trio.sleep(0.01)
-                    continue
-                if response.code != ResponseCode.SUCCESS:
-                    errors += 1
-                    error_codes[str(response.code)] = error_codes.get(str(response.code), 0) + 1
-                    continue
-                latencies.append(time.perf_counter() - t0)
-                acked += 1
-
         t_start = time.time()
         cpu_start = time.process_time()
         async with trio.open_nursery() as nursery:
-            for k in range(spec["senders"]):
-                nursery.start_soon(sender, k)
+            for c, stream in enumerate(streams):
+                queue_ids = [
+                    (spec["first"] + k) % QUEUES for k in range(c, spec["senders"], connections)
+                ]
+                nursery.start_soon(
+                    _pipeline, stream, queue_ids, body, stop_at, counts, latencies, error_codes
+                )
         t_end = time.time()
         cpu_s = time.process_time() - cpu_start
     return {
-        "acked": acked,
+        "acked": counts["acked"],
+        "errors": counts["errors"],
         "cpu_s": cpu_s,
-        "errors": errors,
         "error_codes": error_codes,
         "t_start": t_start,
         "t_end": t_end,
@@ -340,11 +338,61 @@ async def worker(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def _pipeline(
+    stream: trio.SocketStream,
+    queue_ids: list[int],
+    body: bytes,
+    stop_at: float,
+    counts: dict[str, int],
+    latencies: list[float],
+    error_codes: dict[str, int],
+) -> None:
+    """Senders sharing one connection, one per entry of `queue_ids`: each has one SEND_MESSAGE
+    outstanding until `stop_at`; the connection's answers are matched by opaque. A sender whose
+    answer does not come within SEND_TIMEOUT_S ends the connection's load with an error."""
+    decoder = FrameDecoder(remoting_limits.FRAME_BYTES_MAX)
+    waiting: dict[int, tuple[int, float]] = {}  # opaque -> (sender, sent at)
+    opaques = itertools.count(1)
+
+    def request(sender: int) -> bytes:
+        opaque = next(opaques)
+        waiting[opaque] = (sender, time.perf_counter())
+        return encode(send_request(queue_ids[sender], body).with_opaque(opaque))
+
+    try:
+        await stream.send_all(b"".join(request(k) for k in range(len(queue_ids))))
+        while waiting:
+            with trio.fail_after(SEND_TIMEOUT_S):
+                data = await stream.receive_some(remoting_limits.RECEIVE_BYTES)
+            if not data:
+                raise trio.BrokenResourceError("the broker closed the connection")
+            decoder.feed(data)
+            now = time.perf_counter()
+            due = []
+            for response in decoder.commands():
+                sender, sent_at = waiting.pop(response.opaque)
+                if response.code == ResponseCode.SUCCESS:
+                    latencies.append(now - sent_at)
+                    counts["acked"] += 1
+                else:
+                    counts["errors"] += 1
+                    error_codes[str(response.code)] = error_codes.get(str(response.code), 0) + 1
+                if now < stop_at:
+                    due.append(request(sender))
+            if due:
+                await stream.send_all(b"".join(due))
+    except NET_ERRORS as err:
+        counts["errors"] += len(waiting)
+        name = type(err).__name__
+        error_codes[name] = error_codes.get(name, 0) + len(waiting)
+
+
 def run_workers(
-    address: str, senders: int, seconds: float
-) -> tuple[list[dict[str, Any]], float | None]:
+    address: str, senders: int, seconds: float, cluster: LocalCluster
+) -> tuple[list[dict[str, Any]], float | None, tuple[dict[str, float], dict[str, float]]]:
     """Start the load processes, let them connect and warm up, start them together; their
-    reports and the cpu steal over the load."""
+    reports, the cpu steal over the load, and the cluster's cpu_snapshot()s at its start and
+    end."""
     procs: list[subprocess.Popen[str]] = []
     first = 0
     try:
@@ -367,6 +415,7 @@ def run_workers(
             if line.strip() != "ready":
                 raise RuntimeError(f"a load process did not get ready: {line!r}")
         ticks = cpu_ticks()
+        cpu_before = cpu_snapshot(cluster)
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
@@ -377,7 +426,8 @@ def run_workers(
             if p.returncode != 0:
                 raise RuntimeError(f"a load process exited {p.returncode}")
             reports.append(json.loads(out.strip().splitlines()[-1]))
-        return reports, steal_pct(ticks, cpu_ticks())
+        cpu_after = cpu_snapshot(cluster)
+        return reports, steal_pct(ticks, cpu_ticks()), (cpu_before, cpu_after)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -442,9 +492,7 @@ def load(cluster: LocalCluster, senders: int, seconds: float) -> dict[str, Any]:
     terms_before = raft_terms(cluster)
     load_before = os.getloadavg()[0]
     leader = cluster.replica_at(address)
-    cpu_before = cpu_snapshot(cluster)
-    reports, steal = run_workers(address, senders, seconds)
-    cpu_after = cpu_snapshot(cluster)
+    reports, steal, (cpu_before, cpu_after) = run_workers(address, senders, seconds, cluster)
     load_after = os.getloadavg()[0]
     terms_after = raft_terms(cluster)
     row = {"senders": senders, "processes": len(reports), **combine(reports)}
@@ -752,9 +800,11 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "method": "1 name server and 3 `python -m broker` replicas of one group on 127.0.0.1 (default "
-        "timeouts, 256 MiB log segments), a fresh cluster per row; a topic of 8 queues; N senders as "
-        "trio tasks in 1 (N=1), 2 (N<=16) or 4 load processes, each process on up to 4 connections to "
-        "the leader, sending 1 KiB bodies with SEND_MESSAGE back to back; msgs/s = SEND_OK responses "
+        "timeouts, 256 MiB log segments), a fresh cluster per row; a topic of 8 queues; N senders in "
+        "1 (N=1), 2 (N<=16) or 4 load processes, each process on up to 4 connections to the leader, "
+        "sending 1 KiB bodies with SEND_MESSAGE back to back, each sender its next as soon as its "
+        "last is acknowledged (one task per connection carries its senders, pipelined: session 19; "
+        "before, a trio task per sender through remoting.Connection.request); msgs/s = SEND_OK responses "
         "/ wall time from the first process's start to the last one's end. Pull: every queue read "
         "back from the leader with PULL_MESSAGE, 32 a pull, a task per queue. Failover (SYNC_FLUSH): "
         "4 senders; kill -9 of the leader; time to the first SEND_OK after the kill; a sender that "
