@@ -297,21 +297,18 @@ async def worker(spec: dict[str, Any]) -> dict[str, Any]:
     latencies: list[float] = []
     error_codes: dict[str, int] = {}
     async with AsyncExitStack() as stack:
-        conns = [  # each connect has its own timeout; a nursery each, so not in fail_after
-            await stack.enter_async_context(open_connection(*host_port(spec["address"])))
-            for _ in range(connections)
-        ]
-        with trio.fail_after(WORKER_READY_S):
-            for i, conn in enumerate(conns):
-                for n in range(WORKER_WARMUP_SENDS):  # every queue: its files exist before "go"
-                    request = send_request((i + n) % QUEUES, body)
-                    await conn.request(request, timeout_s=SEND_TIMEOUT_S)
-        for conn in conns:
-            conn.close()
         streams = [
             await stack.enter_async_context(await trio.open_tcp_stream(*host_port(spec["address"])))
             for _ in range(connections)
         ]
+        warm_up = {"acked": 0, "errors": 0}
+        warm_up_codes: dict[str, int] = {}
+        with trio.fail_after(WORKER_READY_S):
+            for i, stream in enumerate(streams):  # every queue: its files exist before "go"
+                queue_ids = [(i + n) % QUEUES for n in range(WORKER_WARMUP_SENDS)]
+                await _pipeline(stream, queue_ids, body, 0.0, warm_up, [], warm_up_codes)
+        if warm_up["errors"]:
+            raise RuntimeError(f"warm-up sends failed: {warm_up_codes}")
         print("ready", flush=True)
         await trio.to_thread.run_sync(sys.stdin.readline)  # "go", once every process is ready
         stop_at = time.perf_counter() + spec["seconds"]

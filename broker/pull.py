@@ -22,7 +22,6 @@ from broker.filter.errors import FilterError
 from broker.filter.subscription import EVERYTHING, SubscriptionFilter, compile_subscription
 from broker.metadata import PERM_READ
 from dledger.log.errors import LogError
-from dledger.log.page_cache import read_in
 from remoting import stored_message
 from remoting.codes import ResponseCode
 from remoting.command import RemotingCommand
@@ -110,9 +109,9 @@ async def _read_in_cold(
     if not units or not state.store.left_cache(units[0].physical_offset):
         return
     matching = [u for u in units if codes is None or u.tag_hash in codes]
-    runs = state.cold_runs(matching[:wanted])
-    if runs:
-        broker.cold_read_bytes += await trio.to_thread.run_sync(read_in, runs)
+    broker.cold_read_bytes += await state.read_in(
+        (u.physical_offset, u.size) for u in matching[:wanted]
+    )
 
 
 def _subscription_filter(

@@ -51,7 +51,7 @@ from broker.transactions import (
     immunity_ms_of,
 )
 from dledger import limits as dledger_limits
-from dledger.log.page_cache import Run, read_in
+from dledger.log.page_cache import read_in
 from dledger.log.state_file import read_state_file, write_state_file
 from dledger.log.store import LogStore
 from dledger.node import ProposalRefused
@@ -627,28 +627,12 @@ class BrokerState:
             return []
         return queue.read(queue_offset, count_max)
 
-    def cold_runs(self, units: Iterable[Unit]) -> list[Run]:
-        """The log bytes of these units' messages that left the page cache (behind the log's
-        cache tail), nearby ones merged, for `dledger.log.page_cache.read_in`."""
-        return self._cold_runs((u.physical_offset, u.size) for u in units)
-
-    async def read_in_records(self, physical_offsets: Iterable[int]) -> None:
-        """Before messages looked up by physical offset (queries, send-backs, transaction ends)
-        are read on the loop: read in, in a worker thread, those that left the page cache
-        behind the log's tail, or the loop would wait for the disk in a fault of the segment's
-        mapping while every client waits. Their sizes are not known yet: the first
-        COLD_RECORD_BYTES of each (all of most messages; the rest of a larger one faults in
-        on the loop, one read-ahead)."""
-        store = self.store
-        cold = sorted(p for p in physical_offsets if store.left_cache(p - HEADER_BYTES))
-        if not cold:
-            return
-        runs = self._cold_runs((p, COLD_RECORD_BYTES) for p in cold)
-        if runs:
-            self.lookup_cold_read_bytes += await trio.to_thread.run_sync(read_in, runs)
-
-    def _cold_runs(self, records: Iterable[tuple[int, int]]) -> list[Run]:
-        """`cold_runs` of (physical offset, size) pairs in log order."""
+    async def read_in(self, records: Iterable[tuple[int, int]]) -> int:
+        """Read in, in a worker thread, the log bytes of these (physical offset, size) records,
+        in log order, that left the page cache behind the log's tail (nearby ones merged), so
+        that reading them on the loop does not wait for the disk in a fault of the segment's
+        mapping while every client waits. The bytes read in: 0, the common case, when all
+        are in the tail."""
         spans: list[tuple[int, int]] = []
         for physical_offset, size in records:
             lo, hi = physical_offset - HEADER_BYTES, physical_offset + size
@@ -656,7 +640,18 @@ class BrokerState:
                 spans[-1] = (spans[-1][0], max(hi, spans[-1][1]))
             else:
                 spans.append((lo, hi))
-        return self.store.cold_runs(spans)
+        runs = self.store.cold_runs(spans)
+        return await trio.to_thread.run_sync(read_in, runs) if runs else 0
+
+    async def read_in_records(self, physical_offsets: Iterable[int]) -> None:
+        """`read_in` for messages looked up by physical offset (queries, send-backs,
+        transaction ends) before they are read on the loop. Their sizes are not known yet: the
+        first COLD_RECORD_BYTES of each (all of most messages; the rest of a larger one faults
+        in on the loop, one read-ahead)."""
+        store = self.store
+        cold = sorted(p for p in physical_offsets if store.left_cache(p - HEADER_BYTES))
+        if cold:
+            self.lookup_cold_read_bytes += await self.read_in((p, COLD_RECORD_BYTES) for p in cold)
 
     def record_at(self, physical_offset: int) -> bytes:
         """The stored message at `physical_offset` (Compacted, CorruptEntry as the log store)."""
