@@ -3,9 +3,14 @@ load processes' reports, the comparison with bench.dledger's rows and the peers,
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bench import broker as bench
+from remoting.codes import ResponseCode, SerializeType
+from remoting.errors import RemotingError
+from remoting.frame import FrameDecoder, encode
 
 
 @pytest.mark.parametrize(
@@ -149,3 +154,39 @@ def test_cpu_per_message_splits_the_load_the_leader_and_the_followers() -> None:
     assert cpu == {"load": 40.0, "leader": 50.0, "followers": [10.0, 20.0], "total": 121.0}
     # nothing acknowledged: per one message, not a division by zero
     assert bench.cpu_per_message(before, before, 0, "broker-a-n0", 0.0)["total"] == 0.0
+
+
+def test_a_load_request_from_its_template_is_send_request_with_its_opaque() -> None:
+    requests = bench._Requests(b"body")
+    decoder = FrameDecoder()
+    for opaque in (1, 9, 12345, 2**31 - 1):
+        decoder.feed(requests.frame(5, opaque))
+        (command,) = list(decoder.commands())
+        expected = bench.send_request(5, b"body")
+        assert command.code == expected.code and command.opaque == opaque
+        assert command.body == b"body"
+        fields = dict(command.ext_fields)
+        assert abs(int(fields.pop("bornTimestamp")) - time.time() * 1000) < 60_000
+        assert fields == {k: v for k, v in expected.ext_fields.items() if k != "bornTimestamp"}
+
+
+def test_answers_are_read_whole_frames_at_a_time() -> None:
+    request = bench.send_request(0, b"").with_opaque(41)
+    ok = encode(
+        request.response(ResponseCode.SUCCESS, ext_fields={"queueId": "0"}).answering(request)
+    )
+    busy = encode(
+        request.with_opaque(42)
+        .response(ResponseCode.SYSTEM_BUSY, "busy")
+        .answering(request.with_opaque(42))
+    )
+    buffer = bytearray(ok + busy + ok[:10])
+    assert bench._answers(buffer) == [(41, ResponseCode.SUCCESS), (42, ResponseCode.SYSTEM_BUSY)]
+    assert buffer == ok[:10]
+    buffer += ok[10:]
+    assert bench._answers(buffer) == [(41, ResponseCode.SUCCESS)] and not buffer
+    binary = encode(
+        request.response(ResponseCode.SUCCESS)._replace(serialization=SerializeType.ROCKETMQ)
+    )
+    with pytest.raises(RemotingError, match="serialization 1"):
+        bench._answers(bytearray(binary))
