@@ -284,6 +284,34 @@ def cpu_per_message(
     }
 
 
+LEADER_COUNTERS = ("sendRequests", "sendAppends", "raftProposals", "raftProposedEntries")
+
+
+def leader_counters(cluster: LocalCluster, address: str) -> dict[str, int]:
+    """The send and raft counters of GET_BROKER_RUNTIME_INFO at `address` (empty if it does not
+    answer, or has none of them)."""
+    replica = cluster.replica_at(address)
+    table = cluster.runtime_info(replica.name) if replica is not None else None
+    return {k: int(table[k]) for k in LEADER_COUNTERS if table is not None and k in table}
+
+
+def batching_per_request(before: dict[str, int], after: dict[str, int]) -> dict[str, float | None]:
+    """How the leader grouped a load, from two leader_counters(): send requests per append (the
+    requests one read of a connection delivered together) and entries per raft proposal (the
+    appends of every connection one raft round carried); None where a counter is missing."""
+
+    def ratio(top: str, bottom: str) -> float | None:
+        if not all(k in before and k in after for k in (top, bottom)):
+            return None
+        done = after[bottom] - before[bottom]
+        return round((after[top] - before[top]) / done, 2) if done > 0 else None
+
+    return {
+        "requests_per_append": ratio("sendRequests", "sendAppends"),
+        "entries_per_proposal": ratio("raftProposedEntries", "raftProposals"),
+    }
+
+
 # --- a load-generator process: python -m bench.broker --worker '{"address": ...}' -------------
 
 
@@ -449,10 +477,15 @@ async def _pipeline(
 
 def run_workers(
     address: str, senders: int, seconds: float, cluster: LocalCluster
-) -> tuple[list[dict[str, Any]], float | None, tuple[dict[str, float], dict[str, float]]]:
+) -> tuple[
+    list[dict[str, Any]],
+    float | None,
+    tuple[dict[str, float], dict[str, float]],
+    dict[str, float | None],
+]:
     """Start the load processes, let them connect and warm up, start them together; their
-    reports, the cpu steal over the load, and the cluster's cpu_snapshot()s at its start and
-    end."""
+    reports, the cpu steal over the load, the cluster's cpu_snapshot()s at its start and
+    end, and how the leader batched the load (batching_per_request)."""
     procs: list[subprocess.Popen[str]] = []
     first = 0
     try:
@@ -476,6 +509,7 @@ def run_workers(
                 raise RuntimeError(f"a load process did not get ready: {line!r}")
         ticks = cpu_ticks()
         cpu_before = cpu_snapshot(cluster)
+        counters_before = leader_counters(cluster, address)
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
@@ -487,7 +521,8 @@ def run_workers(
                 raise RuntimeError(f"a load process exited {p.returncode}")
             reports.append(json.loads(out.strip().splitlines()[-1]))
         cpu_after = cpu_snapshot(cluster)
-        return reports, steal_pct(ticks, cpu_ticks()), (cpu_before, cpu_after)
+        batching = batching_per_request(counters_before, leader_counters(cluster, address))
+        return reports, steal_pct(ticks, cpu_ticks()), (cpu_before, cpu_after), batching
     finally:
         for p in procs:
             if p.poll() is None:
@@ -552,7 +587,9 @@ def load(cluster: LocalCluster, senders: int, seconds: float) -> dict[str, Any]:
     terms_before = raft_terms(cluster)
     load_before = os.getloadavg()[0]
     leader = cluster.replica_at(address)
-    reports, steal, (cpu_before, cpu_after) = run_workers(address, senders, seconds, cluster)
+    reports, steal, (cpu_before, cpu_after), batching = run_workers(
+        address, senders, seconds, cluster
+    )
     load_after = os.getloadavg()[0]
     terms_after = raft_terms(cluster)
     row = {"senders": senders, "processes": len(reports), **combine(reports)}
@@ -564,6 +601,7 @@ def load(cluster: LocalCluster, senders: int, seconds: float) -> dict[str, Any]:
         leader.name if leader is not None else "",
         sum(w.get("cpu_s", 0.0) for w in reports),
     )
+    row["leader_batching"] = batching
     row["cpu_steal_pct"] = steal
     # steal misses other work inside this VM (other agents, a soak): its run queue shows it
     row["loadavg_1m"] = [round(load_before, 1), round(load_after, 1)]
@@ -813,6 +851,8 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 print(f"  cpu us per acked message: {r['cpu_us_per_msg']}", flush=True)
+                if r.get("leader_batching"):
+                    print(f"  leader batching: {r['leader_batching']}", flush=True)
                 if r["log_problems"]:
                     counts = {k: v["count"] for k, v in r["log_problems"].items()}
                     print(f"  ERROR lines in process logs: {counts}", flush=True)

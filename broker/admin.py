@@ -155,6 +155,10 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "pullColdReadBytes": str(broker.cold_read_bytes),
         "lookupColdReadBytes": str(broker.state.lookup_cold_read_bytes),
         "offsetEntriesWritten": str(broker.offsets.entries_written),
+        "sendRequests": str(broker.send_requests),
+        "sendAppends": str(broker.send_appends),
+        "raftProposals": str(node.metrics["proposals"]),
+        "raftProposedEntries": str(node.metrics["proposed_entries"]),
         "topicCount": str(len(broker.state.metadata.topics)),
     }
     table.update(schedule_info(broker.state))

@@ -44,6 +44,8 @@ class Broker:
     offsets: OffsetCoalescer
     started_ms: int = 0
     cold_read_bytes: int = 0  # read in for pulls behind the log's page-cache tail
+    send_requests: int = 0  # send requests handled here (broker/send.py handle_sends)
+    send_appends: int = 0  # the appends they were written in (several requests share one)
     disk: DiskGuard = attrs.field(
         default=attrs.Factory(
             lambda self: DiskGuard(self.config.store_root, self.config.disk_max_used_percent / 100),

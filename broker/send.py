@@ -204,6 +204,7 @@ async def handle_sends(
     APPEND_ENTRIES_MAX entries)."""
     responses: list[RemotingCommand | None] = [None] * len(requests)
     prepared: list[tuple[int, _Prepared]] = []
+    broker.send_requests += len(requests)
     for i, request in enumerate(requests):
         try:
             prepared.append((i, _prepare(broker, request, connection)))
@@ -243,6 +244,7 @@ async def _append_and_answer(
     records = [record for _, p in run for record in p.records]
     try:
         _check_disk(broker)
+        broker.send_appends += 1
         written = await broker.writes.append(metas + records, SEND_TIMEOUT_S)
     except SendRefused as refused:
         for i, p in run:

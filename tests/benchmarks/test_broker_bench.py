@@ -190,3 +190,27 @@ def test_answers_are_read_whole_frames_at_a_time() -> None:
     )
     with pytest.raises(RemotingError, match="serialization 1"):
         bench._answers(bytearray(binary))
+
+
+def test_batching_is_counted_over_the_load_and_missing_counters_give_none() -> None:
+    before = {
+        "sendRequests": 100,
+        "sendAppends": 50,
+        "raftProposals": 10,
+        "raftProposedEntries": 60,
+    }
+    after = {
+        "sendRequests": 400,
+        "sendAppends": 150,
+        "raftProposals": 20,
+        "raftProposedEntries": 360,
+    }
+    assert bench.batching_per_request(before, after) == {
+        "requests_per_append": 3.0,
+        "entries_per_proposal": 30.0,
+    }
+    assert bench.batching_per_request({}, after) == {
+        "requests_per_append": None,
+        "entries_per_proposal": None,
+    }
+    assert bench.batching_per_request(before, before)["entries_per_proposal"] is None

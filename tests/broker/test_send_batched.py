@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from broker import handlers, send
+from broker.admin import runtime_info
 from broker.context import Broker
 from dledger.limits import PROPOSAL_ENTRIES_MAX
 from remoting.codes import ResponseCode
@@ -62,6 +63,7 @@ async def test_sends_read_together_share_an_append_and_are_answered_each(
         monkeypatch.setitem(handlers.BATCHED, code, recording(sizes, handler))
     async with broker_group(tmp_path) as group:
         leader = group.leader()
+        before = runtime_info(leader)
         requests = [send_request(TOPIC, b"m%d" % n, queue_id=1) for n in range(SENDS)]
         requests.insert(3, send_request(TOPIC, b"bad", queue_id=99))  # refused, the rest go on
         requests.append(send_request(NEW_TOPIC, b"new-a", queue_id=0))  # both create it
@@ -83,6 +85,7 @@ async def test_sends_read_together_share_an_append_and_are_answered_each(
                     assert int(pull.ext_fields["nextBeginOffset"]) == SENDS, name
                     pulled[name] = pull.body
         topics = leader.state.metadata.topics
+        after = runtime_info(leader)
     assert sum(sizes) == len(requests) and max(sizes) > 1, sizes  # some did share a batch
     bad = answers.pop(4)
     assert bad.code == ResponseCode.SYSTEM_ERROR and "queueId[99] is illegal" in bad.remark
@@ -93,6 +96,14 @@ async def test_sends_read_together_share_an_append_and_are_answered_each(
     assert sorted(offsets[SENDS:]) == [0, 1]
     assert NEW_TOPIC in topics
     assert len(set(pulled.values())) == 1  # every replica holds the same records
+    # GET_BROKER_RUNTIME_INFO counts it: requests, the appends they shared (one per batch, the
+    # refused one's included), the raft proposals and the entries they carried
+    grew = {k: int(after[k]) - int(before[k]) for k in before if k.startswith(("send", "raftPro"))}
+    assert grew["sendRequests"] == len(requests)
+    assert grew["sendAppends"] == len(sizes) < len(requests)
+    assert 1 <= grew["raftProposals"] <= grew["sendAppends"]
+    # the stored messages and both topics' creations (once per append that makes one)
+    assert SENDS + 2 + 2 <= grew["raftProposedEntries"] <= SENDS + 2 + 2 * len(sizes)
 
 
 def batch_body(count: int, tag: bytes) -> bytes:
