@@ -704,11 +704,150 @@ done:
     return result;
 }
 
+/* The kinds of SendMessageRequestHeader's fields, in declaration order (remoting/headers.py). */
+enum { TEXT_REQUIRED, INT_REQUIRED, TEXT_OPTIONAL, INT_OPTIONAL, BOOL_OPTIONAL, BATCH_OPTIONAL };
+static const int SEND_FIELD_KINDS[13] = {
+    TEXT_REQUIRED, TEXT_REQUIRED, TEXT_REQUIRED, INT_REQUIRED, INT_REQUIRED, INT_REQUIRED,
+    INT_REQUIRED, INT_REQUIRED, TEXT_OPTIONAL, INT_OPTIONAL, BOOL_OPTIONAL, INT_OPTIONAL,
+    BATCH_OPTIONAL};
+
+/* An int field as the generated decoder's quick path reads one: 1-18 ASCII digits. */
+static int digits_value(PyObject *raw, long long *value) {
+    if (!PyUnicode_CheckExact(raw) || !PyUnicode_IS_ASCII(raw)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(raw);
+    const char *p = (const char *)PyUnicode_DATA(raw);
+    if (n < 1 || n > 18) return 0;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        v = v * 10 + (p[i] - '0');
+    }
+    *value = v;
+    return 1;
+}
+
+/* send_fields: a plain single send's header fields, or None. */
+static PyObject *send_fields(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *ext, *names;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &ext, &PyTuple_Type, &names)) return NULL;
+    if (PyTuple_GET_SIZE(names) != 13) {
+        PyErr_SetString(PyExc_ValueError, "send_fields: the header's 13 wire names");
+        return NULL;
+    }
+    PyObject *raw[13];
+    long long ints[13] = {0};
+    for (int k = 0; k < 13; k++) {
+        raw[k] = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(names, k)); /* borrowed */
+        if (raw[k] == NULL && PyErr_Occurred()) return NULL;
+        PyObject *v = raw[k];
+        switch (SEND_FIELD_KINDS[k]) {
+        case TEXT_REQUIRED:
+            if (v == NULL || !PyUnicode_CheckExact(v)) Py_RETURN_NONE;
+            break;
+        case TEXT_OPTIONAL:
+            if (v != NULL && !PyUnicode_CheckExact(v)) Py_RETURN_NONE;
+            break;
+        case INT_REQUIRED:
+            if (v == NULL || !digits_value(v, &ints[k])) Py_RETURN_NONE;
+            break;
+        case INT_OPTIONAL:
+            if (v != NULL && !digits_value(v, &ints[k])) Py_RETURN_NONE;
+            break;
+        case BOOL_OPTIONAL:
+            if (v != NULL && !(PyUnicode_CheckExact(v) &&
+                               (PyUnicode_CompareWithASCIIString(v, "true") == 0 ||
+                                PyUnicode_CompareWithASCIIString(v, "false") == 0)))
+                Py_RETURN_NONE;
+            break;
+        case BATCH_OPTIONAL: /* a batch is packed by pack_batch */
+            if (v != NULL && !(PyUnicode_CheckExact(v) &&
+                               PyUnicode_CompareWithASCIIString(v, "false") == 0))
+                Py_RETURN_NONE;
+            break;
+        }
+    }
+    PyObject *properties = raw[8] != NULL ? raw[8] : Py_None;
+    return Py_BuildValue("OLLLLOL", raw[1], ints[4], ints[5], ints[6], ints[7], properties,
+                         ints[9]);
+}
+
+/* pack_plain: the record of one plain message, or None. */
+static PyObject *pack_plain(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer body, properties, cluster_pair, topic_part, born_host, store_host;
+    PyObject *markers, *crc;
+    int queue_id, flag, sys_flag, reconsume_times;
+    long long born_ms, store_ms;
+    Py_ssize_t record_max, properties_max;
+    if (!PyArg_ParseTuple(args, "y*iy*y*O!y*iiLy*Ly*innO", &body, &flag, &properties,
+                          &cluster_pair, &PyTuple_Type, &markers, &topic_part, &queue_id,
+                          &sys_flag, &born_ms, &born_host, &store_ms, &store_host,
+                          &reconsume_times, &record_max, &properties_max, &crc))
+        return NULL;
+    PyObject *result = NULL;
+    if (born_host.len != 8 || store_host.len != 8 || !PyCallable_Check(crc)) {
+        PyErr_SetString(PyExc_ValueError, "pack_plain: hosts of 8 bytes and a crc function");
+        goto done;
+    }
+    const unsigned char *props = properties.buf;
+    if (contains_any(props, properties.len, markers)) goto python; /* not plain */
+    Py_ssize_t properties_length = properties.len + cluster_pair.len;
+    Py_ssize_t size = FIXED_V4 + body.len + topic_part.len + 2 + properties_length;
+    if (properties_length > properties_max || size > record_max) goto python;
+    PyObject *view = PyMemoryView_FromMemory((char *)body.buf, body.len, PyBUF_READ);
+    if (view == NULL) goto done;
+    PyObject *crc_object = PyObject_CallOneArg(crc, view);
+    Py_DECREF(view);
+    if (crc_object == NULL) goto done;
+    unsigned long body_crc = PyLong_AsUnsignedLongMask(crc_object);
+    Py_DECREF(crc_object);
+    if (body_crc == (unsigned long)-1 && PyErr_Occurred()) goto done;
+    result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL) goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    put_be32(out, (uint32_t)size);
+    put_be32(out + 4, MAGIC_V1);
+    put_be32(out + 8, (uint32_t)(body_crc & 0x7FFFFFFFu));
+    put_be32(out + 12, (uint32_t)queue_id);
+    put_be32(out + 16, (uint32_t)flag);
+    put_be64(out + 20, 0); /* queue offset and physical offset: the leader writes them */
+    put_be64(out + 28, 0);
+    put_be32(out + 36, (uint32_t)sys_flag);
+    put_be64(out + 40, (uint64_t)born_ms);
+    memcpy(out + 48, born_host.buf, 8);
+    put_be64(out + 56, (uint64_t)store_ms);
+    memcpy(out + 64, store_host.buf, 8);
+    put_be32(out + 72, (uint32_t)reconsume_times);
+    put_be64(out + 76, 0); /* prepared transaction offset */
+    put_be32(out + 84, (uint32_t)body.len);
+    unsigned char *p = out + FIXED_V4;
+    memcpy(p, body.buf, (size_t)body.len);
+    p += body.len;
+    memcpy(p, topic_part.buf, (size_t)topic_part.len);
+    p += topic_part.len;
+    p[0] = (unsigned char)(properties_length >> 8);
+    p[1] = (unsigned char)properties_length;
+    memcpy(p + 2, props, (size_t)properties.len);
+    memcpy(p + 2 + properties.len, cluster_pair.buf, (size_t)cluster_pair.len);
+    goto done;
+python:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&properties);
+    PyBuffer_Release(&cluster_pair);
+    PyBuffer_Release(&topic_part);
+    PyBuffer_Release(&born_host);
+    PyBuffer_Release(&store_host);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, "The plain messages of an applied batch, from `start` on."},
     {"index_put", index_put, METH_VARARGS, "Put whole messages' items into a mapped IndexFile."},
     {"shape", shape, METH_VARARGS, "The leader's offsets written into plain records from `start` on."},
     {"pack_batch", pack_batch, METH_VARARGS, "The records of a batch of plain messages, or None."},
+    {"send_fields", send_fields, METH_VARARGS, "A plain single send's header fields, or None."},
+    {"pack_plain", pack_plain, METH_VARARGS, "The record of one plain message, or None."},
     {NULL, NULL, 0, NULL},
 };
 

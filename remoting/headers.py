@@ -118,6 +118,12 @@ def _compile_decoder(cls: type, short_names: bool) -> Callable[[Mapping[str, obj
 _SPECS: dict[tuple[type, bool], tuple[tuple[str, str, str, bool], ...]] = {}
 
 
+def header_specs(cls: type, short_names: bool) -> tuple[tuple[str, str, str, bool], ...]:
+    """(field, wire name, kind, required) of each field of a header class, in declaration
+    order: what a decoder written elsewhere (broker/dispatch_native.c send_fields) reads."""
+    return _specs(cls, short_names)
+
+
 def _specs(cls: type, short_names: bool) -> tuple[tuple[str, str, str, bool], ...]:
     """(field, wire name, kind, required) of a header class, worked out once per class."""
     specs = _SPECS.get((cls, short_names))
