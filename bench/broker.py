@@ -5,8 +5,8 @@ see it, on this machine.
 
 For each flush policy (ASYNC_FLUSH, SYNC_FLUSH) and each sender count (1, 16, 128): a fresh
 cluster (1 name server, 1 broker group of three `python -m broker` replicas on 127.0.0.1); the
-senders, spread over load-generator processes (1 for one sender, 2 for 16, 4 for 128, each on up
-to 4 connections), send 1 KiB bodies with SEND_MESSAGE to the leader back to back for a fixed
+senders, spread over load-generator processes (1 for one sender, 2 for 16, 4 for 128, each on one
+connection, as a RocketMQ client instance's threads share one per broker), send 1 KiB bodies with SEND_MESSAGE to the leader back to back for a fixed
 time, each its next message as soon as its last is acknowledged; acknowledged (SEND_OK) messages/s and send latency
 p50/p99. Then everything sent is pulled back from the leader with PULL_MESSAGE, 32 per pull;
 messages/s. Then failover as a sender sees it: senders sending continuously (one that loses its
@@ -98,13 +98,16 @@ NET_ERRORS = (RemotingError, OSError, trio.TooSlowError, trio.BrokenResourceErro
 
 def plan(senders: int) -> list[tuple[int, int]]:
     """(senders, connections) for each load-generator process: 1 process for one sender, 2 up
-    to 16, 4 beyond; each process's senders spread over up to 4 connections."""
+    to 16, 4 beyond. A process is one client: its senders share one connection to the leader,
+    as the threads of a RocketMQ client instance share its one channel to a broker
+    (NettyRemotingClient keeps one per address; the C++ client one transport), and as the
+    peers' scripts publish over one client connection."""
     processes = 1 if senders == 1 else 2 if senders <= 16 else 4
     processes = min(processes, senders)
     shares = [
         senders // processes + (1 if i < senders % processes else 0) for i in range(processes)
     ]
-    return [(n, max(1, min(4, n // 4))) for n in shares]
+    return [(n, 1) for n in shares]
 
 
 def combine(workers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -901,7 +904,8 @@ def main(argv: list[str] | None = None) -> int:
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "method": "1 name server and 3 `python -m broker` replicas of one group on 127.0.0.1 (default "
         "timeouts, 256 MiB log segments), a fresh cluster per row; a topic of 8 queues; N senders in "
-        "1 (N=1), 2 (N<=16) or 4 load processes, each process on up to 4 connections to the leader, "
+        "1 (N=1), 2 (N<=16) or 4 load processes, each process one connection to the leader (before "
+        "session 20: up to 4), "
         "sending 1 KiB bodies with SEND_MESSAGE back to back, each sender its next as soon as its "
         "last is acknowledged (one task per connection carries its senders, pipelined: session 19; "
         "before, a trio task per sender through remoting.Connection.request); msgs/s = SEND_OK responses "

@@ -18,10 +18,10 @@ from remoting.frame import FrameDecoder, encode
     [
         (1, [(1, 1)]),
         (2, [(1, 1), (1, 1)]),
-        (16, [(8, 2), (8, 2)]),
+        (16, [(8, 1), (8, 1)]),
         (10, [(5, 1), (5, 1)]),
         (17, [(5, 1), (4, 1), (4, 1), (4, 1)]),
-        (128, [(32, 4)] * 4),
+        (128, [(32, 1)] * 4),
     ],
 )
 def test_the_plan_spreads_senders_over_processes_and_connections(
