@@ -1,7 +1,9 @@
-"""The one thing pyproject.toml cannot say: the optional C extension of the dispatcher.
+"""The one thing pyproject.toml cannot say: the optional C extensions, the dispatcher's and the
+remoting frame decoder's.
 
-`optional=True`: where it does not build (no compiler, no Python headers), the package installs
-without it and broker/native.py falls back to the Python dispatcher.
+`optional=True`: where one does not build (no compiler, no Python headers), the package installs
+without it; broker/native.py falls back to the Python dispatcher, remoting/frame.py to its
+Python decoder.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +15,12 @@ setup(
             ["broker/dispatch_native.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             optional=True,
-        )
+        ),
+        Extension(
+            "remoting._frame_native",
+            ["remoting/frame_native.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
+            optional=True,
+        ),
     ]
 )

@@ -58,3 +58,25 @@ def pack_batch(
     crc: Callable[[Any], int],
     /,
 ) -> tuple[list[bytes], bytes] | None: ...
+def send_fields(
+    ext_fields: dict[str, str], names: tuple[str, ...], /
+) -> tuple[str, int, int, int, int, str | None, int] | None: ...
+def pack_plain(
+    body: bytes,
+    flag: int,
+    properties: bytes,
+    cluster_pair: bytes,
+    markers: tuple[bytes, ...],
+    topic_part: bytes,
+    queue_id: int,
+    sys_flag: int,
+    born_timestamp_ms: int,
+    born_host: bytes,
+    store_timestamp_ms: int,
+    store_host: bytes,
+    reconsume_times: int,
+    record_max: int,
+    properties_max: int,
+    crc: Callable[[Any], int],
+    /,
+) -> bytes | None: ...

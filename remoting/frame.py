@@ -33,8 +33,10 @@ some numbers).
 from __future__ import annotations
 
 import math
+import os
 import struct
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import orjson
@@ -57,6 +59,17 @@ UINT32 = struct.Struct(">I")  # the length and the header mark are read unsigned
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 HEADER_LEN_MASK = 0xFFFFFF
 OTHER_LANGUAGE = LanguageCode.OTHER.name
+
+# The usual frame decoded in C (remoting/frame_native.c), or None where it was not built (it is
+# optional, setup.py) or DLEDGER_NO_NATIVE=1: FrameDecoder then reads every frame in Python,
+# which also defines what the C half must do (tests/remoting/test_frame_native.py).
+native: ModuleType | None
+try:
+    from remoting import _frame_native as native
+except ImportError:  # pragma: no cover - a build without a C compiler
+    native = None
+if os.environ.get("DLEDGER_NO_NATIVE") == "1":
+    native = None
 
 
 def encode(command: RemotingCommand) -> bytes:
@@ -118,8 +131,19 @@ class FrameDecoder:
             raise
 
     def commands(self) -> Iterator[RemotingCommand]:
-        """Every complete command fed so far."""
-        while (command := self.next_command()) is not None:
+        """Every complete command fed so far. The usual frames (a JSON header of the usual
+        shape) are decoded in C several at a time; each other one in Python, which waits for
+        the rest of a frame or names what is wrong with it."""
+        while True:
+            if native is not None and self._error is None:
+                decoded, self._start = native.json_frames(
+                    self._buf, self._start, self._max, orjson.loads, RemotingCommand,
+                    SerializeType.JSON, OTHER_LANGUAGE, limits.EXT_FIELDS_MAX,
+                )  # fmt: skip
+                yield from decoded
+            command = self.next_command()
+            if command is None:
+                return
             yield command
 
     def check_closed(self) -> None:
