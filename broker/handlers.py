@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from broker import admin, consumer_manage, end_transaction, pull, query, send, send_back, stats
@@ -12,8 +12,9 @@ from remoting.command import RemotingCommand
 from remoting.connection import Connection
 
 Handler = Callable[[Broker, RemotingCommand, Connection], Awaitable[RemotingCommand]]
+# one answer per request; an answer may be its frame, already encoded (remoting.connection)
 BatchHandler = Callable[
-    [Broker, list[RemotingCommand], Connection], Awaitable[list[RemotingCommand]]
+    [Broker, list[RemotingCommand], Connection], Awaitable[Sequence[RemotingCommand | bytes]]
 ]
 
 HANDLERS: dict[int, Handler] = {
@@ -52,9 +53,9 @@ HANDLERS: dict[int, Handler] = {
 
 # Sends read from one connection in one go share one append (broker/send.py handle_sends).
 BATCHED: dict[int, BatchHandler] = {
-    RequestCode.SEND_MESSAGE: send.handle_sends,
-    RequestCode.SEND_MESSAGE_V2: send.handle_sends,
-    RequestCode.SEND_BATCH_MESSAGE: send.handle_sends,
+    RequestCode.SEND_MESSAGE: send.handle_sends_encoded,
+    RequestCode.SEND_MESSAGE_V2: send.handle_sends_encoded,
+    RequestCode.SEND_BATCH_MESSAGE: send.handle_sends_encoded,
 }
 
 
@@ -67,6 +68,9 @@ def bound(
 
 def bound_batched(
     broker: Broker,
-) -> dict[int, Callable[[list[RemotingCommand], Connection], Awaitable[list[RemotingCommand]]]]:
+) -> dict[
+    int,
+    Callable[[list[RemotingCommand], Connection], Awaitable[Sequence[RemotingCommand | bytes]]],
+]:
     """BATCHED with `broker` bound, as Dispatcher's `batched` takes it."""
     return {code: partial(handler, broker) for code, handler in BATCHED.items()}

@@ -63,10 +63,11 @@ from dledger.client import ClientError
 from dledger.limits import PROPOSAL_ENTRIES_MAX
 from remoting import limits, stored_message
 from remoting import properties as props
-from remoting.codes import RequestCode, ResponseCode, code_name
+from remoting.codes import RequestCode, ResponseCode, SerializeType, code_name
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import BadProperty, HeaderFieldError, MessageFormatError, PropertiesTooLong
+from remoting.frame import encode_header, json_frame
 from remoting.headers import (
     RAFT_FORWARDED_FIELD,
     SendMessageRequestHeader,
@@ -209,7 +210,24 @@ async def handle_sends(
     one answer each. Per request this is what handle_send does; per batch it is one task, one
     write and one wait for the commit instead of one each (more than one append only past
     APPEND_ENTRIES_MAX entries)."""
-    responses: list[RemotingCommand | None] = [None] * len(requests)
+    answers = await _handle_sends(broker, requests, connection, encoded=False)
+    return [a for a in answers if isinstance(a, RemotingCommand)]
+
+
+async def handle_sends_encoded(
+    broker: Broker, requests: list[RemotingCommand], connection: Connection
+) -> list[RemotingCommand | bytes]:
+    """handle_sends, with each SEND_OK the leader gives a JSON-header request (without a half)
+    already encoded as its frame, from a template (`_send_ok_frame`): ~0.4 us, where the
+    response's command, `answering` and `encode` took ~2.8. What the connection writes is the
+    same bytes (tests/broker/test_send_batched.py)."""
+    return await _handle_sends(broker, requests, connection, encoded=True)
+
+
+async def _handle_sends(
+    broker: Broker, requests: list[RemotingCommand], connection: Connection, *, encoded: bool
+) -> list[RemotingCommand | bytes]:
+    responses: list[RemotingCommand | bytes | None] = [None] * len(requests)
     prepared: list[tuple[int, _Prepared]] = []
     broker.send_requests += len(requests)
     for i, request in enumerate(requests):
@@ -221,7 +239,7 @@ async def handle_sends(
             log.info("%s: bad %s: %s", connection.peer, code_name(request.code), err)
             responses[i] = request.response(ResponseCode.SYSTEM_ERROR, str(err))
     for chunk in _appends(prepared):
-        await _append_and_answer(broker, chunk, responses)
+        await _append_and_answer(broker, chunk, responses, encoded)
     assert all(r is not None for r in responses)
     return [r for r in responses if r is not None]
 
@@ -243,7 +261,10 @@ def _appends(prepared: list[tuple[int, _Prepared]]) -> list[list[tuple[int, _Pre
 
 
 async def _append_and_answer(
-    broker: Broker, run: list[tuple[int, _Prepared]], responses: list[RemotingCommand | None]
+    broker: Broker,
+    run: list[tuple[int, _Prepared]],
+    responses: list[RemotingCommand | bytes | None],
+    encoded: bool,
 ) -> None:
     """One append of `run`'s entries (those creating topics first, then each request's records
     in order) and each request's answer into `responses`."""
@@ -265,7 +286,7 @@ async def _append_and_answer(
     first = written.last_index - len(records) + 1
     for i, p in run:
         try:
-            responses[i] = await _answer(broker, p, written, first)
+            responses[i] = await _answer(broker, p, written, first, encoded)
         except SendRefused as refused:
             responses[i] = p.request.response(refused.code, refused.remark)
         first += len(p.records)
@@ -555,9 +576,10 @@ def _cluster_property(cluster: str) -> bytes:
 
 
 async def _answer(
-    broker: Broker, prepared: _Prepared, written: Written, first: int
-) -> RemotingCommand:
-    """SEND_OK for a request whose records were written from log index `first` on."""
+    broker: Broker, prepared: _Prepared, written: Written, first: int, encoded: bool = False
+) -> RemotingCommand | bytes:
+    """SEND_OK for a request whose records were written from log index `first` on; `encoded`:
+    as its frame where `_send_ok_frame` can write it."""
     request, queue_id = prepared.request, prepared.queue_id
     store_host = broker.store_host
     last = first + len(prepared.records) - 1
@@ -570,15 +592,10 @@ async def _answer(
             f"read: {err})",
         ) from err
     if not prepared.halves:  # SendMessageResponseHeader's encode, written out: ~1.5 us less
-        fields = {
-            "msgId": offset_msg_ids_text(store_host, list(map(_PHYSICAL_OFFSET, placed))),
-            "queueId": str(queue_id),
-            "queueOffset": str(placed[0].queue_offset),
-        }
-        if not written.through_leader:
-            fields[RAFT_FORWARDED_FIELD] = "true"
-        fields["MSG_REGION"] = "DefaultRegion"
-        fields["TRACE_ON"] = "true"
+        msg_id = offset_msg_ids_text(store_host, list(map(_PHYSICAL_OFFSET, placed)))
+        if encoded and written.through_leader and request.serialization is SerializeType.JSON:
+            return _send_ok_frame(request.opaque, msg_id, queue_id, placed[0].queue_offset)
+        fields = _send_ok_fields(msg_id, queue_id, placed[0].queue_offset, written.through_leader)
         return request.response(ResponseCode.SUCCESS, ext_fields=fields)
     uniq = props.find(prepared.first_properties, b"UNIQ_KEY")
     response = SendMessageResponseHeader(
@@ -591,6 +608,45 @@ async def _answer(
     response["MSG_REGION"] = "DefaultRegion"
     response["TRACE_ON"] = "true"
     return request.response(ResponseCode.SUCCESS, ext_fields=response)
+
+
+def _send_ok_fields(
+    msg_id: str, queue_id: int, queue_offset: int, through_leader: bool
+) -> dict[str, str]:
+    """A SEND_OK's extFields for a send without a half."""
+    fields = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)}
+    if not through_leader:
+        fields[RAFT_FORWARDED_FIELD] = "true"
+    fields["MSG_REGION"] = "DefaultRegion"
+    fields["TRACE_ON"] = "true"
+    return fields
+
+
+def _send_ok_template() -> bytes:
+    """The JSON header of the leader's SEND_OK for a send without a half, as `encode_header`
+    writes it, with %d for the opaque, the queue id and offset and %s for the msgId."""
+    marks = {"opaque": 2_000_000_001, "queue_id": 1_999_999_991, "queue_offset": 9_000_000_000_001}
+    msg_id_mark = "F" * 31 + "E"
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE, {}).with_opaque(marks["opaque"])
+    fields = _send_ok_fields(msg_id_mark, marks["queue_id"], marks["queue_offset"], True)
+    header = encode_header(request.response(ResponseCode.SUCCESS, ext_fields=fields))
+    header = header.replace(b"%", b"%%")
+    for mark, spec in [(str(marks["opaque"]), b"%d"), (msg_id_mark, b"%s")] + [
+        (str(marks[k]), b"%d") for k in ("queue_id", "queue_offset")
+    ]:
+        assert header.count(mark.encode()) == 1, (mark, header)
+        header = header.replace(mark.encode(), spec)
+    return header
+
+
+_SEND_OK_HEADER = _send_ok_template()
+
+
+def _send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:
+    """The frame of the leader's SEND_OK to a JSON-header request without a half: the bytes
+    `encode(request.response(SUCCESS, ext_fields=_send_ok_fields(...)).answering(request))`
+    makes, written into `_SEND_OK_HEADER`."""
+    return json_frame(_SEND_OK_HEADER % (opaque, msg_id.encode(), queue_id, queue_offset))
 
 
 def _outcome_unknown(first_properties: bytes, why: str) -> SendRefused:
@@ -715,4 +771,4 @@ def _host(peer: str) -> tuple[str, int]:
         return "127.0.0.1", 0
 
 
-__all__ = ["Placed", "handle_send", "handle_sends"]
+__all__ = ["Placed", "handle_send", "handle_sends", "handle_sends_encoded"]

@@ -24,7 +24,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -42,8 +42,13 @@ log = logging.getLogger("remoting.connection")
 # Answers a request; it returns the response (`request.response(...)`). Exceptions it raises
 # become SYSTEM_ERROR answers (see remoting/dispatch.py for the code table that builds one).
 RequestHandler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand]]
-# Answers several requests of one code at once: one response per request, in their order.
-BatchHandler = Callable[[list[RemotingCommand], "Connection"], Awaitable[list[RemotingCommand]]]
+# Answers several requests of one code at once: one response per request, in their order. A
+# response may come as the frame that answers its request, already encoded (bytes: the
+# request's opaque and serialization, the response flag), for a handler that writes its usual
+# answer from a template (broker/send.py's SEND_OK).
+BatchHandler = Callable[
+    [list[RemotingCommand], "Connection"], Awaitable[Sequence[RemotingCommand | bytes]]
+]
 
 
 @runtime_checkable
@@ -305,7 +310,10 @@ class Connection:
             try:
                 responses = await handler(batch, self)
                 assert len(responses) == len(batch), (len(responses), len(batch))
-                frames = [encode(r.answering(q)) for q, r in zip(batch, responses, strict=True)]
+                frames = [
+                    r if isinstance(r, bytes) else encode(r.answering(q))
+                    for q, r in zip(batch, responses, strict=True)
+                ]
             except Exception as err:  # a handler bug: answer them all, log it, keep going
                 log.exception(
                     "%s: handling %d %s failed", self.peer, len(batch), code_name(batch[0].code)

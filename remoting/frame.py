@@ -47,7 +47,14 @@ from remoting.command import RemotingCommand
 from remoting.errors import FrameTooLarge, MalformedFrame
 from remoting.stored_message import new_tuple
 
-__all__ = ["FrameDecoder", "RemotingCommand", "decode_header", "encode", "encode_header"]
+__all__ = [
+    "FrameDecoder",
+    "RemotingCommand",
+    "decode_header",
+    "encode",
+    "encode_header",
+    "json_frame",
+]
 
 PREFIX = struct.Struct(">II")  # length, header mark
 assert PREFIX.size == limits.LENGTH_BYTES + limits.HEADER_MARK_BYTES == 8
@@ -80,6 +87,14 @@ def encode(command: RemotingCommand) -> bytes:
     assert length <= limits.FRAME_BYTES_MAX, f"frame of {length} bytes exceeds FRAME_BYTES_MAX"
     mark = (int(command.serialization) << 24) | len(header)
     return PREFIX.pack(length, mark) + header + command.body
+
+
+def json_frame(header: bytes, body: bytes = b"") -> bytes:
+    """The frame of a JSON header already written (`encode_header`'s text, or text made from a
+    template of it) and a body."""
+    return PREFIX.pack(limits.HEADER_MARK_BYTES + len(header) + len(body), len(header)) + (
+        header + body
+    )
 
 
 def encode_header(command: RemotingCommand) -> bytes:

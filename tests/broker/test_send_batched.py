@@ -13,15 +13,18 @@ from typing import cast
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from broker import handlers, send
 from broker.admin import runtime_info
 from broker.context import Broker
 from dledger.limits import PROPOSAL_ENTRIES_MAX
-from remoting.codes import ResponseCode
+from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.frame import FrameDecoder, encode
+from remoting.message_id import offset_msg_ids_text
 from tests.broker.group import broker_group, pull_request, send_request
 
 TOPIC = "BatchedTopic"
@@ -156,3 +159,20 @@ async def test_one_batch_s_messages_take_queue_offsets_in_the_order_the_requests
             answers = await send.handle_sends(group.leader(), requests, peer)
     assert [a.code for a in answers] == [ResponseCode.SUCCESS] * SENDS
     assert [int(a.ext_fields["queueOffset"]) for a in answers] == list(range(SENDS))
+
+
+@given(
+    opaque=st.integers(0, 2**31 - 1),
+    physical_offsets=st.lists(st.integers(0, 2**62), min_size=1, max_size=3),
+    queue_id=st.integers(0, 1023),
+    queue_offset=st.integers(0, 2**62),
+    code=st.sampled_from([RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2]),
+)
+def test_a_send_ok_from_the_template_is_the_frame_the_connection_would_encode(
+    opaque: int, physical_offsets: list[int], queue_id: int, queue_offset: int, code: int
+) -> None:
+    request = RemotingCommand.request(code, {"topic": "T"}, b"body").with_opaque(opaque)
+    msg_id = offset_msg_ids_text(("10.0.0.7", 10911), physical_offsets)
+    fields = send._send_ok_fields(msg_id, queue_id, queue_offset, True)
+    expected = encode(request.response(ResponseCode.SUCCESS, ext_fields=fields).answering(request))
+    assert send._send_ok_frame(opaque, msg_id, queue_id, queue_offset) == expected
