@@ -14,6 +14,7 @@ broker never parses it; the generator is for our client, with the clock and time
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import socket
 import struct
@@ -47,6 +48,13 @@ def _packed_ip(address: str) -> bytes:
     return socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
 
 
+@functools.lru_cache(maxsize=64)  # a broker has one store host; a client sees a few
+def _host_part(store_host: Host) -> bytes:
+    """The address and port an offsetMsgId starts with."""
+    address, port = store_host
+    return _packed_ip(address) + _PORT.pack(port)
+
+
 def offset_msg_id(store_host: Host, physical_offset: int) -> str:
     """The offsetMsgId of the record at `physical_offset` stored by `store_host`."""
     address, port = store_host
@@ -63,8 +71,9 @@ def offset_msg_ids_text(store_host: Host, physical_offsets: Sequence[int]) -> st
     """ ",".join(offset_msg_ids(...)) (a batch's answer), made in C-level steps: the shared
     host and port packed once, every offset by one map, and one hex conversion that puts a
     comma after each id."""
-    address, port = store_host
-    head = _packed_ip(address) + _PORT.pack(port)
+    head = _host_part(store_host)
+    if len(physical_offsets) == 1:  # one message, a send's usual answer
+        return (head + _POSITION.pack(physical_offsets[0])).hex().upper()
     pieces = [head] * (2 * len(physical_offsets))
     pieces[1::2] = map(_POSITION.pack, physical_offsets)
     return b"".join(pieces).hex(",", len(head) + _POSITION.size).upper()
