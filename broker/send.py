@@ -211,7 +211,9 @@ async def handle_sends(
     write and one wait for the commit instead of one each (more than one append only past
     APPEND_ENTRIES_MAX entries)."""
     answers = await _handle_sends(broker, requests, connection, encoded=False)
-    return [a for a in answers if isinstance(a, RemotingCommand)]
+    commands = [a for a in answers if isinstance(a, RemotingCommand)]
+    assert len(commands) == len(answers), "an encoded answer where none was asked for"
+    return commands
 
 
 async def handle_sends_encoded(
