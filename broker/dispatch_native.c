@@ -622,6 +622,38 @@ static PyObject *shape(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyErr_Occurred() ? NULL : PyLong_FromSsize_t(k);
 }
 
+/* crc(body) & 0x7FFFFFFF through the Python `crc` function (isal's crc32, as
+ * stored_message.Packer sums bodies); 0 with an error set when the call fails. */
+static int body_crc_of(PyObject *crc, const unsigned char *body, Py_ssize_t length,
+                       uint32_t *out) {
+    PyObject *view = PyMemoryView_FromMemory((char *)body, length, PyBUF_READ);
+    if (view == NULL) return 0;
+    PyObject *crc_object = PyObject_CallOneArg(crc, view);
+    Py_DECREF(view);
+    if (crc_object == NULL) return 0;
+    unsigned long value = PyLong_AsUnsignedLongMask(crc_object);
+    Py_DECREF(crc_object);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) return 0;
+    *out = (uint32_t)(value & 0x7FFFFFFFu);
+    return 1;
+}
+
+/* A record's bytes after its 88 fixed ones, at `p`: the body, the topic part (length and
+ * topic), the properties' int16 length, the properties and the CLUSTER pair appended. */
+static void put_record_tail(unsigned char *p, const unsigned char *body, Py_ssize_t body_length,
+                            const Py_buffer *topic_part, const unsigned char *properties,
+                            Py_ssize_t properties_length, const Py_buffer *cluster_pair) {
+    memcpy(p, body, (size_t)body_length);
+    p += body_length;
+    memcpy(p, topic_part->buf, (size_t)topic_part->len);
+    p += topic_part->len;
+    Py_ssize_t stored_length = properties_length + cluster_pair->len;
+    p[0] = (unsigned char)(stored_length >> 8);
+    p[1] = (unsigned char)stored_length;
+    memcpy(p + 2, properties, (size_t)properties_length);
+    memcpy(p + 2 + properties_length, cluster_pair->buf, (size_t)cluster_pair->len);
+}
+
 /* pack_batch: the records of a batch send whose messages are all plain, or None. */
 static PyObject *pack_batch(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer body, head, topic_part, cluster_pair;
@@ -659,31 +691,18 @@ static PyObject *pack_batch(PyObject *Py_UNUSED(self), PyObject *args) {
             first_properties = PyBytes_FromStringAndSize((const char *)properties, props_length);
             if (first_properties == NULL) goto done;
         }
-        PyObject *view = PyMemoryView_FromMemory((char *)(b + at + 20), body_length, PyBUF_READ);
-        if (view == NULL) goto done;
-        PyObject *crc_object = PyObject_CallOneArg(crc, view);
-        Py_DECREF(view);
-        if (crc_object == NULL) goto done;
-        unsigned long body_crc = PyLong_AsUnsignedLongMask(crc_object);
-        Py_DECREF(crc_object);
-        if (body_crc == (unsigned long)-1 && PyErr_Occurred()) goto done;
+        uint32_t body_crc;
+        if (!body_crc_of(crc, b + at + 20, body_length, &body_crc)) goto done;
         PyObject *record = PyBytes_FromStringAndSize(NULL, size);
         if (record == NULL) goto done;
         unsigned char *out = (unsigned char *)PyBytes_AS_STRING(record);
         memcpy(out, head.buf, FIXED_V4);
         put_be32(out, (uint32_t)size);
-        put_be32(out + 8, (uint32_t)(body_crc & 0x7FFFFFFFu));
+        put_be32(out + 8, body_crc);
         put_be32(out + 16, (uint32_t)flag);
         put_be32(out + 84, (uint32_t)body_length);
-        unsigned char *p = out + FIXED_V4;
-        memcpy(p, b + at + 20, (size_t)body_length);
-        p += body_length;
-        memcpy(p, topic_part.buf, (size_t)topic_part.len);
-        p += topic_part.len;
-        p[0] = (unsigned char)(properties_length >> 8);
-        p[1] = (unsigned char)properties_length;
-        memcpy(p + 2, properties, (size_t)props_length);
-        memcpy(p + 2 + props_length, cluster_pair.buf, (size_t)cluster_pair.len);
+        put_record_tail(out + FIXED_V4, b + at + 20, body_length, &topic_part, properties,
+                        props_length, &cluster_pair);
         int appended = PyList_Append(records, record);
         Py_DECREF(record);
         if (appended < 0) goto done;
@@ -793,20 +812,14 @@ static PyObject *pack_plain(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_ssize_t properties_length = properties.len + cluster_pair.len;
     Py_ssize_t size = FIXED_V4 + body.len + topic_part.len + 2 + properties_length;
     if (properties_length > properties_max || size > record_max) goto python;
-    PyObject *view = PyMemoryView_FromMemory((char *)body.buf, body.len, PyBUF_READ);
-    if (view == NULL) goto done;
-    PyObject *crc_object = PyObject_CallOneArg(crc, view);
-    Py_DECREF(view);
-    if (crc_object == NULL) goto done;
-    unsigned long body_crc = PyLong_AsUnsignedLongMask(crc_object);
-    Py_DECREF(crc_object);
-    if (body_crc == (unsigned long)-1 && PyErr_Occurred()) goto done;
+    uint32_t body_crc;
+    if (!body_crc_of(crc, body.buf, body.len, &body_crc)) goto done;
     result = PyBytes_FromStringAndSize(NULL, size);
     if (result == NULL) goto done;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     put_be32(out, (uint32_t)size);
     put_be32(out + 4, MAGIC_V1);
-    put_be32(out + 8, (uint32_t)(body_crc & 0x7FFFFFFFu));
+    put_be32(out + 8, body_crc);
     put_be32(out + 12, (uint32_t)queue_id);
     put_be32(out + 16, (uint32_t)flag);
     put_be64(out + 20, 0); /* queue offset and physical offset: the leader writes them */
@@ -819,15 +832,8 @@ static PyObject *pack_plain(PyObject *Py_UNUSED(self), PyObject *args) {
     put_be32(out + 72, (uint32_t)reconsume_times);
     put_be64(out + 76, 0); /* prepared transaction offset */
     put_be32(out + 84, (uint32_t)body.len);
-    unsigned char *p = out + FIXED_V4;
-    memcpy(p, body.buf, (size_t)body.len);
-    p += body.len;
-    memcpy(p, topic_part.buf, (size_t)topic_part.len);
-    p += topic_part.len;
-    p[0] = (unsigned char)(properties_length >> 8);
-    p[1] = (unsigned char)properties_length;
-    memcpy(p + 2, props, (size_t)properties.len);
-    memcpy(p + 2 + properties.len, cluster_pair.buf, (size_t)cluster_pair.len);
+    put_record_tail(out + FIXED_V4, body.buf, body.len, &topic_part, props, properties.len,
+                    &cluster_pair);
     goto done;
 python:
     result = Py_NewRef(Py_None);
