@@ -7,13 +7,6 @@ dispatcher runs in Python alone, which is also the definition the C half is test
 
 from __future__ import annotations
 
-import os
-from types import ModuleType
+from remoting.native import optional_extension
 
-native: ModuleType | None
-try:
-    from broker import _dispatch_native as native
-except ImportError:  # pragma: no cover - a build without a C compiler
-    native = None
-if os.environ.get("DLEDGER_NO_NATIVE") == "1":
-    native = None
+native = optional_extension("broker._dispatch_native")

@@ -33,10 +33,8 @@ some numbers).
 from __future__ import annotations
 
 import math
-import os
 import struct
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import orjson
@@ -45,6 +43,7 @@ from remoting import limits
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import FrameTooLarge, MalformedFrame
+from remoting.native import optional_extension
 from remoting.stored_message import new_tuple
 
 __all__ = [
@@ -67,16 +66,10 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 HEADER_LEN_MASK = 0xFFFFFF
 OTHER_LANGUAGE = LanguageCode.OTHER.name
 
-# The usual frame decoded in C (remoting/frame_native.c), or None where it was not built (it is
-# optional, setup.py) or DLEDGER_NO_NATIVE=1: FrameDecoder then reads every frame in Python,
-# which also defines what the C half must do (tests/remoting/test_frame_native.py).
-native: ModuleType | None
-try:
-    from remoting import _frame_native as native
-except ImportError:  # pragma: no cover - a build without a C compiler
-    native = None
-if os.environ.get("DLEDGER_NO_NATIVE") == "1":
-    native = None
+# The usual frame decoded in C (remoting/frame_native.c), or None (remoting/native.py):
+# FrameDecoder then reads every frame in Python, which also defines what the C half must do
+# (tests/remoting/test_frame_native.py).
+native = optional_extension("remoting._frame_native")
 
 
 def encode(command: RemotingCommand) -> bytes:
