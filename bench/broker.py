@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -62,7 +61,7 @@ from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
 from remoting.command import RemotingCommand
 from remoting.errors import RemotingError
-from remoting.frame import encode_header
+from remoting.frame import PREFIX, encode_header, json_frame
 
 BODY_BYTES = 1024
 SENDER_COUNTS = (1, 16, 128)
@@ -385,8 +384,7 @@ class _Requests:
         if template is None:
             template = self._templates[queue_id] = self._template(queue_id)
         header = template % (opaque, int(time.time() * 1000))
-        mark_and_header = FRAME_PREFIX.pack(4 + len(header) + len(self._body), len(header))
-        return mark_and_header + header + self._body
+        return json_frame(header, self._body)
 
     def _template(self, queue_id: int) -> bytes:
         command = send_request(queue_id, b"").with_opaque(self.OPAQUE)
@@ -401,7 +399,6 @@ class _Requests:
         )
 
 
-FRAME_PREFIX = struct.Struct(">II")  # length, header mark (JSON: the header's length)
 # what a load process reads of an answer's JSON header (our broker's, or any JSON header)
 _CODE = re.compile(rb'"code":(-?\d+)')
 _OPAQUE = re.compile(rb'"opaque":(-?\d+)')
@@ -413,7 +410,7 @@ def _answers(buffer: bytearray) -> list[tuple[int, int]]:
     found = []
     at = 0
     while len(buffer) - at >= 8:
-        length, mark = FRAME_PREFIX.unpack_from(buffer, at)
+        length, mark = PREFIX.unpack_from(buffer, at)  # length, header mark
         if len(buffer) - at < 4 + length:
             break
         if mark >> 24 != 0:
