@@ -18,7 +18,6 @@ import logging
 import operator
 import random
 import re
-import socket
 import struct
 import time
 from typing import NamedTuple
@@ -74,7 +73,7 @@ from remoting.headers import (
     SendMessageResponseHeader,
     header_specs,
 )
-from remoting.message_id import offset_msg_ids_text
+from remoting.message_id import offset_msg_ids_text, packed_host
 from remoting.stored_message import new_tuple
 
 log = logging.getLogger("broker.send")
@@ -82,7 +81,6 @@ log = logging.getLogger("broker.send")
 # A batch body: records of totalSize, magic, bodyCRC, flag, bodyLen, body, propLen(int16), props
 BATCH_HEAD = struct.Struct(">iiiii")
 INT16 = struct.Struct(">h")
-INT32 = struct.Struct(">i")
 BATCH_MESSAGES_MAX = 1024  # RocketMQ has none beyond the 4 MiB body; ours bounds one append
 CLUSTER_BYTES = props.CLUSTER.encode()
 # any of these in a send's properties: a transaction's half or commit, a delay, or a CLUSTER
@@ -402,12 +400,14 @@ def _ipv4_host(peer: str) -> bytes | None:
     return _ipv4_store_host(_host(peer))
 
 
-@functools.lru_cache(maxsize=16)
 def _ipv4_store_host(host: tuple[str, int]) -> bytes | None:
+    """A host as a V4 record stores it: the 4 bytes of IPv4 and the port, as an offsetMsgId
+    starts; None for IPv6 or what is not an address."""
     try:
-        return socket.inet_pton(socket.AF_INET, host[0]) + INT32.pack(host[1])
+        packed = packed_host(host)
     except (OSError, struct.error):
         return None
+    return packed if len(packed) == 8 else None
 
 
 def _prepare_any(broker: Broker, request: RemotingCommand, connection: Connection) -> _Prepared:

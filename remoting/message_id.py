@@ -49,8 +49,9 @@ def _packed_ip(address: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=64)  # a broker has one store host; a client sees a few
-def _host_part(store_host: Host) -> bytes:
-    """The address and port an offsetMsgId starts with."""
+def packed_host(store_host: Host) -> bytes:
+    """The address (4 or 16 bytes) and port (int32) an offsetMsgId starts with, as a record
+    stores a host too. Raises OSError for what is not an IP address."""
     address, port = store_host
     return _packed_ip(address) + _PORT.pack(port)
 
@@ -71,7 +72,7 @@ def offset_msg_ids_text(store_host: Host, physical_offsets: Sequence[int]) -> st
     """ ",".join(offset_msg_ids(...)) (a batch's answer), made in C-level steps: the shared
     host and port packed once, every offset by one map, and one hex conversion that puts a
     comma after each id."""
-    head = _host_part(store_host)
+    head = packed_host(store_host)
     if len(physical_offsets) == 1:  # one message, a send's usual answer
         return (head + _POSITION.pack(physical_offsets[0])).hex().upper()
     pieces = [head] * (2 * len(physical_offsets))
