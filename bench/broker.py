@@ -56,6 +56,7 @@ from bench.dledger import (
     steal_pct,
 )
 from broker.localcluster import LocalCluster
+from netio.streams import receive_some
 from remoting import limits as remoting_limits
 from remoting.client import open_connection
 from remoting.codes import RequestCode, ResponseCode
@@ -451,7 +452,7 @@ async def _pipeline(
         await stream.send_all(b"".join(request(k) for k in range(len(queue_ids))))
         while waiting:
             with trio.fail_after(SEND_TIMEOUT_S):
-                data = await stream.receive_some(remoting_limits.RECEIVE_BYTES)
+                data = await receive_some(stream, remoting_limits.RECEIVE_BYTES)
             if not data:
                 raise trio.BrokenResourceError("the broker closed the connection")
             buffer += data

@@ -27,6 +27,7 @@ from dledger import limits
 from dledger.config import Address
 from dledger.outbox import Outbox
 from dledger.wire import Code, FrameError, FrameReader, Status, encode_frame
+from netio.streams import receive_some
 
 log = logging.getLogger("dledger.client")
 
@@ -162,7 +163,7 @@ class Connection:
         reader = FrameReader()
         try:
             while True:
-                data = await self.stream.receive_some(limits.RECEIVE_BYTES)
+                data = await receive_some(self.stream, limits.RECEIVE_BYTES)
                 if not data:
                     return
                 reader.feed(data)

@@ -12,25 +12,9 @@ sender sends all that is queued in one `send_all`, so under load nothing changes
 
 from __future__ import annotations
 
-import os
-
 import trio
 
-
-def write_nowait(stream: trio.abc.Stream, data: bytes) -> int:
-    """Write what the socket takes of `data` now, without blocking; the number of bytes taken.
-
-    Only for a stream whose sender task is parked with nothing to send, so that nothing else
-    is writing to it. 0 when the socket is full, and also when it is broken or closed: the
-    sender task, handed the rest, meets the error on its own send and ends the connection the
-    usual way. A stream that is no socket (a memory stream in tests) takes nothing here: the
-    sender sends it all."""
-    if not isinstance(stream, trio.SocketStream):
-        return 0
-    try:
-        return os.write(stream.socket.fileno(), data)
-    except OSError:
-        return 0
+from netio.streams import write_nowait
 
 
 class Outbox:

@@ -39,6 +39,7 @@ from dledger.wire import (
     encode_frame,
     field,
 )
+from netio.streams import receive_some
 
 log = logging.getLogger("dledger.service")
 
@@ -144,7 +145,7 @@ class Service:
         while True:
             for frame in reader.frames():
                 return frame
-            data = await stream.receive_some(limits.RECEIVE_BYTES)
+            data = await receive_some(stream, limits.RECEIVE_BYTES)
             if not data:
                 return None
             reader.feed(data)
@@ -181,7 +182,7 @@ class Service:
             while True:
                 for frame in reader.frames():
                     await node.deliver(decode_message(frame, sender=peer))
-                data = await stream.receive_some(limits.RECEIVE_BYTES)
+                data = await receive_some(stream, limits.RECEIVE_BYTES)
                 if not data:
                     log.info("peer %s closed its connection", peer)
                     return
@@ -206,7 +207,7 @@ class Service:
                     for frame in reader.frames():
                         await self._request(session, frame)
                         await session.wait_for_room()
-                    data = await stream.receive_some(limits.RECEIVE_BYTES)
+                    data = await receive_some(stream, limits.RECEIVE_BYTES)
                     if not data:
                         break
                     reader.feed(data)

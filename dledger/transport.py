@@ -30,9 +30,9 @@ import trio
 from dledger import limits
 from dledger.codec import encode_message
 from dledger.config import Address
-from dledger.outbox import write_nowait
 from dledger.raft.messages import AppendEntries, Envelope, Message
 from dledger.wire import Code, encode_frame
+from netio.streams import write_nowait
 
 log = logging.getLogger("dledger.transport")
 

@@ -167,7 +167,11 @@ def test_the_raft_core_does_no_io() -> None:
     ("package", "forbidden"),
     [
         ("client", {"broker", "namesrv", "chaos", "spark"}),
-        ("remoting", {"broker", "namesrv", "client"}),
+        ("remoting", {"broker", "namesrv", "client", "dledger"}),
+        (
+            "netio",
+            {"dledger", "remoting", "broker", "namesrv", "client", "devcluster", "chaos", "spark"},
+        ),
         # the log: what the broker is built on (dledger-dev, on top of both, is devcluster/)
         ("dledger", {"broker", "namesrv", "client", "remoting", "devcluster", "chaos", "spark"}),
     ],
