@@ -20,6 +20,7 @@ import random
 import re
 import struct
 import time
+from itertools import accumulate
 from typing import NamedTuple
 
 import attrs
@@ -66,14 +67,14 @@ from remoting.codes import RequestCode, ResponseCode, SerializeType, code_name
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import BadProperty, HeaderFieldError, MessageFormatError, PropertiesTooLong
-from remoting.frame import encode_header, json_frame
+from remoting.frame import PREFIX, encode_header, json_frame
 from remoting.headers import (
     RAFT_FORWARDED_FIELD,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
     header_specs,
 )
-from remoting.message_id import offset_msg_ids_text, packed_host
+from remoting.message_id import Host, offset_msg_ids_text, packed_host
 from remoting.stored_message import new_tuple
 
 log = logging.getLogger("broker.send")
@@ -283,13 +284,49 @@ async def _append_and_answer(
             failed = _write_refusal(err, p)
             responses[i] = p.request.response(failed.code, failed.remark)
         return
-    first = written.last_index - len(records) + 1
-    for i, p in run:
+    # each request with the log index of its first record: a run's records are consecutive
+    firsts = list(
+        accumulate((len(p.records) for _, p in run), initial=written.last_index - len(records) + 1)
+    )
+    answering = list(zip(run, firsts[:-1], strict=True))
+    if encoded and written.through_leader:
+        answering = await _send_oks(broker, answering, responses)
+    for (i, p), first in answering:
         try:
             responses[i] = await _answer(broker, p, written, first, encoded)
         except SendRefused as refused:
             responses[i] = p.request.response(refused.code, refused.remark)
-        first += len(p.records)
+
+
+Answering = list[tuple[tuple[int, _Prepared], int]]  # ((response slot, request), first index)
+
+
+async def _send_oks(
+    broker: Broker, answering: Answering, responses: list[RemotingCommand | bytes | None]
+) -> Answering:
+    """The leader's SEND_OK frames, in `responses`, for the requests of a committed run that
+    `_answer` would write from `_SEND_OK_HEADER`: one message, no half, a JSON header. All in
+    one pass over one placements lookup, where `_answer` takes a coroutine and ten calls a
+    request (~2 us of bench.broker's leader a message: docs/decisions.md). Returns the others,
+    for `_answer`; all of them when the placements are not known here."""
+    first = answering[0][1]
+    last = answering[-1][1] + len(answering[-1][0][1].records) - 1
+    try:
+        placed = await broker.placements(first, last, shaped_here=True)
+    except ClientError:  # each request's own lookup says what it says
+        return answering
+    template, prefix, mark_bytes = _send_ok_header(broker.store_host), PREFIX.pack, MARK_BYTES
+    rest: Answering = []
+    for item in answering:
+        (i, p), index = item
+        request = p.request
+        if len(p.records) != 1 or p.halves or request.serialization is not SerializeType.JSON:
+            rest.append(item)
+            continue
+        where = placed[index - first]
+        header = template % (request.opaque, where.physical_offset, p.queue_id, where.queue_offset)
+        responses[i] = prefix(mark_bytes + len(header), len(header)) + header
+    return rest
 
 
 def _check_disk(broker: Broker) -> None:
@@ -624,16 +661,17 @@ def _send_ok_fields(
     return fields
 
 
-def _send_ok_template() -> bytes:
+def _send_ok_template(msg_id_spec: bytes = b"%s") -> bytes:
     """The JSON header of the leader's SEND_OK for a send without a half, as `encode_header`
-    writes it, with %d for the opaque, the queue id and offset and %s for the msgId."""
+    writes it, with %d for the opaque, the queue id and offset and `msg_id_spec` for the
+    msgId."""
     marks = {"opaque": 2_000_000_001, "queue_id": 1_999_999_991, "queue_offset": 9_000_000_000_001}
     msg_id_mark = "F" * 31 + "E"
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE, {}).with_opaque(marks["opaque"])
     fields = _send_ok_fields(msg_id_mark, marks["queue_id"], marks["queue_offset"], True)
     header = encode_header(request.response(ResponseCode.SUCCESS, ext_fields=fields))
     header = header.replace(b"%", b"%%")
-    for mark, spec in [(str(marks["opaque"]), b"%d"), (msg_id_mark, b"%s")] + [
+    for mark, spec in [(str(marks["opaque"]), b"%d"), (msg_id_mark, msg_id_spec)] + [
         (str(marks[k]), b"%d") for k in ("queue_id", "queue_offset")
     ]:
         assert header.count(mark.encode()) == 1, (mark, header)
@@ -642,6 +680,16 @@ def _send_ok_template() -> bytes:
 
 
 _SEND_OK_HEADER = _send_ok_template()
+MARK_BYTES = limits.HEADER_MARK_BYTES
+
+
+@functools.lru_cache(maxsize=16)
+def _send_ok_header(store_host: Host) -> bytes:
+    """`_SEND_OK_HEADER` with the msgId of one message stored by `store_host` written in: its
+    host's hex, then %016X for the physical offset (offset_msg_ids_text's text for one offset
+    of 0..2**63-1). The values go in as (opaque, physical offset, queue id, queue offset)."""
+    host = packed_host(store_host).hex().upper().encode()
+    return _send_ok_template(host.replace(b"%", b"%%") + b"%016X")
 
 
 def _send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:

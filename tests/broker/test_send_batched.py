@@ -19,8 +19,11 @@ from hypothesis import strategies as st
 from broker import handlers, send
 from broker.admin import runtime_info
 from broker.context import Broker
+from broker.state import Placed
+from broker.writes import Written
+from dledger.client import ClientError
 from dledger.limits import PROPOSAL_ENTRIES_MAX
-from remoting.codes import RequestCode, ResponseCode
+from remoting.codes import RequestCode, ResponseCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.frame import FrameDecoder, encode
@@ -176,3 +179,71 @@ def test_a_send_ok_from_the_template_is_the_frame_the_connection_would_encode(
     fields = send._send_ok_fields(msg_id, queue_id, queue_offset, True)
     expected = encode(request.response(ResponseCode.SUCCESS, ext_fields=fields).answering(request))
     assert send._send_ok_frame(opaque, msg_id, queue_id, queue_offset) == expected
+
+
+_REQUEST_KINDS = st.sampled_from(["usual", "binary header", "batch of two", "half"])
+
+
+@given(
+    requests=st.lists(
+        st.tuples(st.integers(0, 2**31 - 1), st.integers(0, 1023), _REQUEST_KINDS),
+        min_size=1,
+        max_size=8,
+    ),
+    placed=st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**62)), min_size=16),
+    host=st.sampled_from([("10.0.0.7", 10911), ("::1", 10911), ("127.0.0.1", 1)]),
+    unknown=st.booleans(),
+)
+def test_a_run_s_send_oks_are_the_answers_each_request_gets_alone(
+    requests: list[tuple[int, int, str]],
+    placed: list[tuple[int, int]],
+    host: tuple[str, int],
+    unknown: bool,
+) -> None:
+    """`_send_oks` answers a committed run's usual requests in one pass: byte for byte what
+    `_answer` gives each alone, and leaves it every other request (a batch, a half, a binary
+    header) and all of them when the placements are not known."""
+    first_index = 100
+    placements = [Placed(0, q, p) for p, q in placed]
+
+    async def lookup(first: int, last: int, *, shaped_here: bool) -> list[Placed]:
+        assert shaped_here
+        if unknown:
+            raise ClientError("no leader")
+        return placements[first - first_index : last - first_index + 1]
+
+    broker = cast(Broker, SimpleNamespace(store_host=host, placements=lookup))
+    answering: send.Answering = []
+    index = first_index
+    for slot, (opaque, queue_id, kind) in enumerate(requests):
+        serialization = SerializeType.ROCKETMQ if kind == "binary header" else SerializeType.JSON
+        request = RemotingCommand.request(
+            RequestCode.SEND_MESSAGE, {"topic": "T"}, b"body", serialization=serialization
+        ).with_opaque(opaque)
+        records = [b"r", b"s"] if kind == "batch of two" else [b"r"]
+        properties = b"UNIQ_KEY\x01AB\x02" if kind == "half" else b""
+        prepared = send._Prepared(
+            request, properties, [], records, queue_id, 1 if kind == "half" else 0
+        )
+        answering.append(((slot, prepared), index))
+        index += len(records)
+    responses: list[RemotingCommand | bytes | None] = [None] * len(requests)
+
+    async def main() -> tuple[send.Answering, list[RemotingCommand | bytes]]:
+        rest = await send._send_oks(broker, answering, responses)
+        written = Written(index - 1, True)
+        alone = []
+        for (_, prepared), first in answering:
+            try:
+                alone.append(await send._answer(broker, prepared, written, first, True))
+            except send.SendRefused as refused:  # placements unknown: refused alone too
+                alone.append(prepared.request.response(refused.code, refused.remark))
+        return rest, alone
+
+    rest, alone = trio.run(main)
+    usual = [kind == "usual" and not unknown for _, _, kind in requests]
+    assert [item for item, u in zip(answering, usual, strict=True) if not u] == rest
+    for slot, u in enumerate(usual):
+        assert responses[slot] == (alone[slot] if u else None)
+        if u:
+            assert isinstance(alone[slot], bytes)  # what _answer writes from the template
