@@ -58,25 +58,25 @@ def pack_batch(
     crc: Callable[[Any], int],
     /,
 ) -> tuple[list[bytes], bytes] | None: ...
-def send_fields(
-    ext_fields: dict[str, str], names: tuple[str, ...], /
-) -> tuple[str, int, int, int, int, str | None, int] | None: ...
-def pack_plain(
-    body: bytes,
-    flag: int,
-    properties: bytes,
-    cluster_pair: bytes,
+def prepare_plains(
+    requests: list[Any],
+    names_v1: tuple[str, ...],
+    names_v2: tuple[str, ...],
+    code_v1: int,
+    code_v2: int,
+    topics: dict[str, Any],
+    topic_part_of: Callable[[str], bytes | None],
     markers: tuple[bytes, ...],
-    topic_part: bytes,
-    queue_id: int,
-    sys_flag: int,
-    born_timestamp_ms: int,
     born_host: bytes,
-    store_timestamp_ms: int,
     store_host: bytes,
-    reconsume_times: int,
+    cluster_pair: bytes,
+    store_timestamp_ms: int,
     record_max: int,
     properties_max: int,
+    perm_write: int,
+    transaction_bits: int,
+    prepared: int,
     crc: Callable[[Any], int],
+    prepared_type: type[Any],
     /,
-) -> bytes | None: ...
+) -> list[Any]: ...

@@ -745,77 +745,62 @@ static int digits_value(PyObject *raw, long long *value) {
     return 1;
 }
 
-/* send_fields: a plain single send's header fields, or None. */
-static PyObject *send_fields(PyObject *Py_UNUSED(self), PyObject *args) {
-    PyObject *ext, *names;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &ext, &PyTuple_Type, &names)) return NULL;
-    if (PyTuple_GET_SIZE(names) != 13) {
-        PyErr_SetString(PyExc_ValueError, "send_fields: the header's 13 wire names");
-        return NULL;
-    }
-    PyObject *raw[13];
-    long long ints[13] = {0};
+/* A plain single send's 13 header fields read from extFields `ext` by their wire `names`:
+ * `raw` (borrowed, NULL where absent) and the numbers in `ints`. 1 when every field has the
+ * form a client writes, 0 when not (the Python decoder reads it), -1 with an error set. */
+static int read_send_fields(PyObject *ext, PyObject *names, PyObject **raw, long long *ints) {
     for (int k = 0; k < 13; k++) {
         raw[k] = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(names, k)); /* borrowed */
-        if (raw[k] == NULL && PyErr_Occurred()) return NULL;
+        if (raw[k] == NULL && PyErr_Occurred()) return -1;
         PyObject *v = raw[k];
         switch (SEND_FIELD_KINDS[k]) {
         case TEXT_REQUIRED:
-            if (v == NULL || !PyUnicode_CheckExact(v)) Py_RETURN_NONE;
+            if (v == NULL || !PyUnicode_CheckExact(v)) return 0;
             break;
         case TEXT_OPTIONAL:
-            if (v != NULL && !PyUnicode_CheckExact(v)) Py_RETURN_NONE;
+            if (v != NULL && !PyUnicode_CheckExact(v)) return 0;
             break;
         case INT_REQUIRED:
-            if (v == NULL || !digits_value(v, &ints[k])) Py_RETURN_NONE;
+            if (v == NULL || !digits_value(v, &ints[k])) return 0;
             break;
         case INT_OPTIONAL:
-            if (v != NULL && !digits_value(v, &ints[k])) Py_RETURN_NONE;
+            if (v != NULL && !digits_value(v, &ints[k])) return 0;
             break;
         case BOOL_OPTIONAL:
             if (v != NULL && !(PyUnicode_CheckExact(v) &&
                                (PyUnicode_CompareWithASCIIString(v, "true") == 0 ||
                                 PyUnicode_CompareWithASCIIString(v, "false") == 0)))
-                Py_RETURN_NONE;
+                return 0;
             break;
         case BATCH_OPTIONAL: /* a batch is packed by pack_batch */
             if (v != NULL && !(PyUnicode_CheckExact(v) &&
                                PyUnicode_CompareWithASCIIString(v, "false") == 0))
-                Py_RETURN_NONE;
+                return 0;
             break;
         }
     }
-    PyObject *properties = raw[8] != NULL ? raw[8] : Py_None;
-    return Py_BuildValue("OLLLLOL", raw[1], ints[4], ints[5], ints[6], ints[7], properties,
-                         ints[9]);
+    return 1;
 }
 
-/* pack_plain: the record of one plain message, or None. */
-static PyObject *pack_plain(PyObject *Py_UNUSED(self), PyObject *args) {
-    Py_buffer body, properties, cluster_pair, topic_part, born_host, store_host;
-    PyObject *markers, *crc;
-    int queue_id, flag, sys_flag, reconsume_times;
-    long long born_ms, store_ms;
-    Py_ssize_t record_max, properties_max;
-    if (!PyArg_ParseTuple(args, "y*iy*y*O!y*iiLy*Ly*innO", &body, &flag, &properties,
-                          &cluster_pair, &PyTuple_Type, &markers, &topic_part, &queue_id,
-                          &sys_flag, &born_ms, &born_host, &store_ms, &store_host,
-                          &reconsume_times, &record_max, &properties_max, &crc))
-        return NULL;
-    PyObject *result = NULL;
-    if (born_host.len != 8 || store_host.len != 8 || !PyCallable_Check(crc)) {
-        PyErr_SetString(PyExc_ValueError, "pack_plain: hosts of 8 bytes and a crc function");
-        goto done;
-    }
-    const unsigned char *props = properties.buf;
-    if (contains_any(props, properties.len, markers)) goto python; /* not plain */
-    Py_ssize_t properties_length = properties.len + cluster_pair.len;
-    Py_ssize_t size = FIXED_V4 + body.len + topic_part.len + 2 + properties_length;
-    if (properties_length > properties_max || size > record_max) goto python;
+/* The V1 record of one plain message with IPv4 hosts (8 bytes each: address and port), or
+ * None (a new reference) when its properties hold a marker or it is over a bound: the Python
+ * path then makes or refuses it. NULL with an error set. */
+static PyObject *plain_record(const Py_buffer *body, int flag, const Py_buffer *properties,
+                              const Py_buffer *cluster_pair, PyObject *markers,
+                              const Py_buffer *topic_part, int queue_id, int sys_flag,
+                              long long born_ms, const unsigned char *born_host,
+                              long long store_ms, const unsigned char *store_host,
+                              int reconsume_times, Py_ssize_t record_max,
+                              Py_ssize_t properties_max, PyObject *crc) {
+    const unsigned char *props = properties->buf;
+    if (contains_any(props, properties->len, markers)) Py_RETURN_NONE; /* not plain */
+    Py_ssize_t properties_length = properties->len + cluster_pair->len;
+    Py_ssize_t size = FIXED_V4 + body->len + topic_part->len + 2 + properties_length;
+    if (properties_length > properties_max || size > record_max) Py_RETURN_NONE;
     uint32_t body_crc;
-    if (!body_crc_of(crc, body.buf, body.len, &body_crc)) goto done;
-    result = PyBytes_FromStringAndSize(NULL, size);
-    if (result == NULL) goto done;
+    if (!body_crc_of(crc, body->buf, body->len, &body_crc)) return NULL;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size);
+    if (result == NULL) return NULL;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     put_be32(out, (uint32_t)size);
     put_be32(out + 4, MAGIC_V1);
@@ -826,25 +811,142 @@ static PyObject *pack_plain(PyObject *Py_UNUSED(self), PyObject *args) {
     put_be64(out + 28, 0);
     put_be32(out + 36, (uint32_t)sys_flag);
     put_be64(out + 40, (uint64_t)born_ms);
-    memcpy(out + 48, born_host.buf, 8);
+    memcpy(out + 48, born_host, 8);
     put_be64(out + 56, (uint64_t)store_ms);
-    memcpy(out + 64, store_host.buf, 8);
+    memcpy(out + 64, store_host, 8);
     put_be32(out + 72, (uint32_t)reconsume_times);
     put_be64(out + 76, 0); /* prepared transaction offset */
-    put_be32(out + 84, (uint32_t)body.len);
-    put_record_tail(out + FIXED_V4, body.buf, body.len, &topic_part, props, properties.len,
-                    &cluster_pair);
+    put_be32(out + 84, (uint32_t)body->len);
+    put_record_tail(out + FIXED_V4, body->buf, body->len, topic_part, props, properties->len,
+                    cluster_pair);
+    return result;
+}
+
+/* What prepare_plains holds for a whole batch of requests. */
+typedef struct {
+    PyObject *names_v1, *names_v2, *topics, *topic_part_of, *markers, *crc, *prepared_type;
+    long code_v1, code_v2, perm_write, transaction_bits, prepared_value;
+    Py_buffer born_host, store_host, cluster_pair;
+    long long now_ms;
+    Py_ssize_t record_max, properties_max;
+} PlainBatch;
+
+/* An int attribute of `object` (a TopicConfig's perm or write_queues); 0 with an error set. */
+static int int_attribute(PyObject *object, const char *name, long *out) {
+    PyObject *value = PyObject_GetAttrString(object, name);
+    if (value == NULL) return 0;
+    *out = PyLong_AsLong(value);
+    Py_DECREF(value);
+    return !(*out == -1 && PyErr_Occurred());
+}
+
+/* One request of prepare_plains: its _Prepared, None, or NULL with an error set. The checks
+ * and their order are broker/send.py _prepare_plain's. */
+static PyObject *prepare_plain_one(const PlainBatch *b, PyObject *request) {
+    if (!PyTuple_Check(request) || PyTuple_GET_SIZE(request) < 6) Py_RETURN_NONE;
+    PyObject *ext = PyTuple_GET_ITEM(request, 4), *body_object = PyTuple_GET_ITEM(request, 5);
+    long code = PyLong_Check(PyTuple_GET_ITEM(request, 0))
+                    ? PyLong_AsLong(PyTuple_GET_ITEM(request, 0))
+                    : -1;
+    if (code == -1 && PyErr_Occurred()) PyErr_Clear();
+    PyObject *names = code == b->code_v1 ? b->names_v1 : code == b->code_v2 ? b->names_v2 : NULL;
+    if (names == NULL || !PyDict_Check(ext) || !PyBytes_CheckExact(body_object)) Py_RETURN_NONE;
+    PyObject *raw[13];
+    long long ints[13] = {0};
+    int read = read_send_fields(ext, names, raw, ints);
+    if (read <= 0) return read < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *topic = raw[1], *properties = raw[8];
+    long long queue_id = ints[4], sys_flag = ints[5], born_ms = ints[6], flag = ints[7];
+    long long reconsume_times = ints[9];
+    PyObject *topic_part = PyObject_CallOneArg(b->topic_part_of, topic);
+    if (topic_part == NULL) return NULL;
+    PyObject *result = NULL, *properties_data = NULL;
+    long perm, write_queues;
+    PyObject *config = PyDict_GetItemWithError(b->topics, topic); /* borrowed */
+    if (config == NULL && PyErr_Occurred()) goto done;
+    if (topic_part == Py_None || !PyBytes_Check(topic_part) || config == NULL) goto python;
+    if (!int_attribute(config, "perm", &perm) ||
+        !int_attribute(config, "write_queues", &write_queues))
+        goto done;
+    long long largest = flag > sys_flag ? flag : sys_flag;
+    if (reconsume_times > largest) largest = reconsume_times;
+    if (!(perm & b->perm_write) || queue_id >= write_queues ||
+        (sys_flag & b->transaction_bits) == b->prepared_value || largest > 2147483647LL)
+        goto python;
+    if (properties == NULL || PyUnicode_GET_LENGTH(properties) == 0) {
+        properties_data = PyBytes_FromStringAndSize(NULL, 0);
+    } else {
+        properties_data = PyUnicode_AsUTF8String(properties);
+        if (properties_data == NULL && PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+            PyErr_Clear(); /* lone surrogates: the other path says what it does with them */
+            goto python;
+        }
+    }
+    if (properties_data == NULL) goto done;
+    Py_buffer body = {.buf = PyBytes_AS_STRING(body_object), .len = PyBytes_GET_SIZE(body_object)};
+    Py_buffer props = {.buf = PyBytes_AS_STRING(properties_data),
+                       .len = PyBytes_GET_SIZE(properties_data)};
+    Py_buffer part = {.buf = PyBytes_AS_STRING(topic_part), .len = PyBytes_GET_SIZE(topic_part)};
+    PyObject *record = plain_record(
+        &body, (int)flag, &props, &b->cluster_pair, b->markers, &part, (int)queue_id,
+        (int)(sys_flag & ~0x30LL), born_ms, b->born_host.buf, b->now_ms, b->store_host.buf,
+        (int)reconsume_times, b->record_max, b->properties_max, b->crc);
+    if (record == NULL) goto done;
+    if (record == Py_None) {
+        result = record;
+        goto done;
+    }
+    PyObject *items[6] = {Py_NewRef(request), Py_NewRef(properties_data), PyList_New(0),
+                          PyList_New(1), PyLong_FromLongLong(queue_id), PyLong_FromLong(0)};
+    if (items[3] != NULL)
+        PyList_SET_ITEM(items[3], 0, record);
+    else
+        Py_DECREF(record);
+    result = tuple_of((PyTypeObject *)b->prepared_type, 6, items);
     goto done;
 python:
     result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&body);
-    PyBuffer_Release(&properties);
-    PyBuffer_Release(&cluster_pair);
-    PyBuffer_Release(&topic_part);
-    PyBuffer_Release(&born_host);
-    PyBuffer_Release(&store_host);
+    Py_DECREF(topic_part);
+    Py_XDECREF(properties_data);
     return result;
+}
+
+/* prepare_plains: for each send request read in one go, the _Prepared of its one plain
+ * message (what broker/send.py _prepare_plain made of it one call at a time), or None where
+ * the Python path must look. */
+static PyObject *prepare_plains(PyObject *Py_UNUSED(self), PyObject *args) {
+    PlainBatch b;
+    PyObject *requests;
+    if (!PyArg_ParseTuple(args, "O!O!O!llO!OO!y*y*y*LnnlllOO", &PyList_Type, &requests,
+                          &PyTuple_Type, &b.names_v1, &PyTuple_Type, &b.names_v2, &b.code_v1,
+                          &b.code_v2, &PyDict_Type, &b.topics, &b.topic_part_of, &PyTuple_Type,
+                          &b.markers, &b.born_host, &b.store_host, &b.cluster_pair, &b.now_ms,
+                          &b.record_max, &b.properties_max, &b.perm_write, &b.transaction_bits,
+                          &b.prepared_value, &b.crc, &b.prepared_type))
+        return NULL;
+    PyObject *out = NULL;
+    if (b.born_host.len != 8 || b.store_host.len != 8 || !PyCallable_Check(b.crc) ||
+        !PyCallable_Check(b.topic_part_of) || PyTuple_GET_SIZE(b.names_v1) != 13 ||
+        PyTuple_GET_SIZE(b.names_v2) != 13 || !PyType_Check(b.prepared_type) ||
+        !PyType_IsSubtype((PyTypeObject *)b.prepared_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "prepare_plains: hosts of 8 bytes, 13 wire names, callables and a "
+                        "tuple type");
+        goto done;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(requests);
+    out = PyList_New(count);
+    for (Py_ssize_t k = 0; out != NULL && k < count; k++) {
+        PyObject *made = prepare_plain_one(&b, PyList_GET_ITEM(requests, k));
+        if (made == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, k, made);
+    }
+done:
+    PyBuffer_Release(&b.born_host);
+    PyBuffer_Release(&b.store_host);
+    PyBuffer_Release(&b.cluster_pair);
+    return out;
 }
 
 static PyMethodDef methods[] = {
@@ -852,8 +954,8 @@ static PyMethodDef methods[] = {
     {"index_put", index_put, METH_VARARGS, "Put whole messages' items into a mapped IndexFile."},
     {"shape", shape, METH_VARARGS, "The leader's offsets written into plain records from `start` on."},
     {"pack_batch", pack_batch, METH_VARARGS, "The records of a batch of plain messages, or None."},
-    {"send_fields", send_fields, METH_VARARGS, "A plain single send's header fields, or None."},
-    {"pack_plain", pack_plain, METH_VARARGS, "The record of one plain message, or None."},
+    {"prepare_plains", prepare_plains, METH_VARARGS,
+     "For each send request, the _Prepared of its one plain message, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -120,7 +120,7 @@ _SPECS: dict[tuple[type, bool], tuple[tuple[str, str, str, bool], ...]] = {}
 
 def header_specs(cls: type, short_names: bool) -> tuple[tuple[str, str, str, bool], ...]:
     """(field, wire name, kind, required) of each field of a header class, in declaration
-    order: what a decoder written elsewhere (broker/dispatch_native.c send_fields) reads."""
+    order: what a decoder written elsewhere (broker/dispatch_native.c read_send_fields) reads."""
     return _specs(cls, short_names)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -23,6 +23,7 @@ from remoting import properties as props
 from remoting import stored_message
 from remoting.codes import RequestCode
 from remoting.command import RemotingCommand
+from remoting.connection import Connection
 from remoting.headers import SendMessageRequestHeader, header_specs
 
 KEYS = [
@@ -130,6 +131,39 @@ FIELD_VALUES = {
 }
 
 
+CHANGES = st.dictionaries(
+    st.sampled_from(sorted(FIELD_VALUES)),
+    st.sampled_from([None, 0, 0, 0]),  # None: the field left out; 0: a drawn value
+    max_size=4,
+)
+CODES = st.sampled_from([RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2])
+BODIES = st.sampled_from([b"", b"hello", b"x" * 5000])
+
+
+def drawn_request(
+    changes: dict[str, int | None], data: st.DataObject, code: int, body: bytes
+) -> RemotingCommand:
+    """STANDARD's send with `changes` (fields left out or drawn from FIELD_VALUES), its field
+    names as `code` writes them."""
+    fields: dict[str, str] = dict(STANDARD)
+    for name, change in changes.items():
+        if change is None:
+            fields.pop(name, None)
+        else:
+            fields[name] = data.draw(FIELD_VALUES[name], label=name)
+    if code == RequestCode.SEND_MESSAGE_V2:
+        wires = dict(
+            (long, short)
+            for (_, long, _, _), (_, short, _, _) in zip(
+                header_specs(SendMessageRequestHeader, False),
+                header_specs(SendMessageRequestHeader, True),
+                strict=True,
+            )
+        )
+        fields = {wires[k]: v for k, v in fields.items()}
+    return RemotingCommand.request(code, fields, body)
+
+
 def fake_broker(notes: list[tuple[bytes, tuple[object, ...]]], message_bytes_max: int) -> Any:
     config = BrokerConfig(
         group="broker-a", self_id="n0", peers={"n0": Address("127.0.0.1", 40911)},
@@ -166,15 +200,11 @@ def outcome(prepare: Any, *args: Any) -> object:
 
 @settings(max_examples=1000, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    changes=st.dictionaries(
-        st.sampled_from(sorted(FIELD_VALUES)),
-        st.sampled_from([None, 0, 0, 0]),  # None: the field left out; 0: a drawn value
-        max_size=4,
-    ),
+    changes=CHANGES,
     data=st.data(),
-    code=st.sampled_from([RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2]),
+    code=CODES,
     peer=st.sampled_from(["127.0.0.2:5000", "10.1.2.3:65535", "[::1]:5000", "nonsense"]),
-    body=st.sampled_from([b"", b"hello", b"x" * 5000]),
+    body=BODIES,
     message_bytes_max=st.sampled_from([4 << 20, 1000]),
 )
 def test_the_usual_send_made_in_c_is_what_the_general_path_makes(
@@ -185,23 +215,7 @@ def test_the_usual_send_made_in_c_is_what_the_general_path_makes(
     body: bytes,
     message_bytes_max: int,
 ) -> None:
-    fields: dict[str, str] = dict(STANDARD)
-    for name, change in changes.items():
-        if change is None:
-            fields.pop(name, None)
-        else:
-            fields[name] = data.draw(FIELD_VALUES[name], label=name)
-    if code == RequestCode.SEND_MESSAGE_V2:
-        wires = dict(
-            (long, short)
-            for (_, long, _, _), (_, short, _, _) in zip(
-                header_specs(SendMessageRequestHeader, False),
-                header_specs(SendMessageRequestHeader, True),
-                strict=True,
-            )
-        )
-        fields = {wires[k]: v for k, v in fields.items()}
-    request = RemotingCommand.request(code, fields, body)
+    request = drawn_request(changes, data, code, body)
     connection = SimpleNamespace(peer=peer)
     fast_notes: list[tuple[bytes, tuple[object, ...]]] = []
     slow_notes: list[tuple[bytes, tuple[object, ...]]] = []
@@ -215,6 +229,36 @@ def test_the_usual_send_made_in_c_is_what_the_general_path_makes(
     if fast is not None:
         assert (fast.first_properties, fast.metas, fast.records, fast.queue_id, fast.halves) == slow
         assert fast_notes == slow_notes
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    drawn=st.lists(st.tuples(CHANGES, CODES, BODIES), min_size=1, max_size=6),
+    data=st.data(),
+    other=st.sampled_from(
+        [None, RequestCode.SEND_BATCH_MESSAGE, RequestCode.PULL_MESSAGE, RequestCode.HEART_BEAT]
+    ),
+)
+def test_sends_read_together_are_each_made_as_alone(
+    drawn: list[tuple[dict[str, int | None], int, bytes]],
+    data: st.DataObject,
+    other: int | None,
+) -> None:
+    """`_prepare_plains` of requests read together: for each, what it makes of that request
+    alone (the test above holds that to the general path), in order, with a request of
+    another code among them left to Python."""
+    requests = [drawn_request(changes, data, code, body) for changes, code, body in drawn]
+    if other is not None:
+        at = data.draw(st.integers(0, len(requests)), label="other at")
+        requests.insert(at, RemotingCommand.request(other, dict(STANDARD), b"x"))
+    connection = cast(Connection, SimpleNamespace(peer="127.0.0.2:5000"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(send, "time", SimpleNamespace(time=lambda: FIXED_NOW_MS / 1000))
+        together = send._prepare_plains(fake_broker([], 4 << 20), requests, connection)
+        alone = [send._prepare_plain(fake_broker([], 4 << 20), r, connection) for r in requests]
+    assert together == alone
+    if other is not None:
+        assert together is not None and together[at] is None
 
 
 def test_the_usual_send_takes_the_c_path() -> None:
