@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import operator
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +32,7 @@ import trio
 
 from netio.streams import receive_some, write_nowait
 from remoting import limits
-from remoting.codes import FLAG_ONEWAY, ResponseCode, code_name
+from remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, code_name
 from remoting.command import RemotingCommand
 from remoting.errors import ConnectionClosed, FrameError, RequestTimeout
 from remoting.frame import FrameDecoder, encode
@@ -60,6 +61,7 @@ class Batching(Protocol):
 
 
 TRANSPORT_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+_BODY = operator.attrgetter("body")
 
 
 CLOSED_BY_PEER = "closed by the peer"
@@ -208,13 +210,19 @@ class Connection:
 
     async def _read(self, nursery: trio.Nursery) -> str:
         """Returns why the connection ended."""
+        batching = self._batching
         try:
             while True:
                 batches: dict[int, list[RemotingCommand]] = {}
+                # is_response and the batching test written out: this runs for every request
                 for command in self._decoder.commands():
-                    if command.is_response:
+                    if command.flag & FLAG_RESPONSE:
                         self._deliver(command)
-                    elif self._batched(command):
+                    elif (
+                        batching is not None
+                        and len(command.body) < BATCH_BODY_BYTES_MAX
+                        and batching.batch_handler(command.code) is not None
+                    ):
                         batches.setdefault(command.code, []).append(command)
                     else:
                         await self._start_handling(command, nursery)
@@ -254,19 +262,17 @@ class Connection:
         self._idle = trio.Event()
         nursery.start_soon(self._handle, request)
 
-    def _batched(self, request: RemotingCommand) -> bool:
-        return (
-            self._batching is not None
-            and len(request.body) < BATCH_BODY_BYTES_MAX
-            and self._batching.batch_handler(request.code) is not None
-        )
-
     async def _start_batches(self, requests: list[RemotingCommand], nursery: trio.Nursery) -> None:
         """Requests of one batched code read in one go: handled in batches of at most
         BATCH_REQUESTS_MAX requests and BATCH_BODY_BYTES_MAX bytes, in the order they came."""
         assert self._batching is not None
         handler = self._batching.batch_handler(requests[0].code)
         assert handler is not None
+        if len(requests) <= BATCH_REQUESTS_MAX and (
+            sum(map(len, map(_BODY, requests))) <= BATCH_BODY_BYTES_MAX
+        ):  # the usual read: one batch, without the loop below
+            await self._start_batch(requests, handler, nursery)
+            return
         batch: list[RemotingCommand] = []
         size = 0
         for request in requests:
