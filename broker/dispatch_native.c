@@ -871,7 +871,7 @@ static PyObject *prepare_plain_one(const PlainBatch *b, PyObject *request) {
     long long largest = flag > sys_flag ? flag : sys_flag;
     if (reconsume_times > largest) largest = reconsume_times;
     if (!(perm & b->perm_write) || queue_id >= write_queues ||
-        (sys_flag & b->transaction_bits) == b->prepared_value || largest > 2147483647LL)
+        (sys_flag & b->transaction_bits) == b->prepared_value || largest > INT32_MAX)
         goto python;
     if (properties == NULL || PyUnicode_GET_LENGTH(properties) == 0) {
         properties_data = PyBytes_FromStringAndSize(NULL, 0);

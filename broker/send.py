@@ -364,8 +364,8 @@ def _prepare_plains(
     broker: Broker, requests: list[RemotingCommand], connection: Connection
 ) -> list[_Prepared | None] | None:
     """What `_prepare_any` makes of each usual send among `requests` (read from `connection`
-    in one go), made by one C call for them all (broker/dispatch_native.c prepare_plains)
-    instead of ~7 us of Python each: one message (not a batch) with plain properties, every
+    in one go), made by one C call for them all (broker/dispatch_native.c prepare_plains,
+    ~0.7 us a request where `_prepare_any` takes ~7): one message (not a batch) with plain properties, every
     header field in the form a client writes it (text, or digits for a number), to an existing
     writable topic and a queue it has, not a transaction's half, not a retry topic's send (it
     may go to the dead letters). None for any other request, and for anything `_prepare_any`
@@ -397,8 +397,8 @@ _SEND_FIELD_NAMES = tuple(
     tuple(wire for _, wire, _, _ in header_specs(SendMessageRequestHeader, short))
     for short in (False, True)
 )
-INT32_MAX = (1 << 31) - 1
-# the kinds send_fields reads the fields as, in this order (dispatch_native.c SEND_FIELD_KINDS)
+# the kinds read_send_fields reads the fields as, in this order (dispatch_native.c
+# SEND_FIELD_KINDS)
 assert [(kind, required) for _, _, kind, required in header_specs(SendMessageRequestHeader, False)] == [
     ("text", True), ("text", True), ("text", True), ("int", True), ("int", True), ("int", True),
     ("int", True), ("int", True), ("text", False), ("int", False), ("bool", False),
