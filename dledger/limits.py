@@ -59,6 +59,11 @@ CLIENT_APPEND_BATCH_BYTES_MAX = 4 * MiB  # concurrent appends share one request 
 # --- the node's own loops (dledger/node.py) --------------------------------------------------------
 INBOX_EVENTS_MAX = 4096  # events waiting for the raft loop; beyond it, senders wait
 DRAIN_EVENTS_MAX = 512  # events one raft-loop wake-up handles before it proposes
+# A leader with at least this many entries pending is under load (appends come in reads of
+# many requests): before proposing, its raft loop yields once (trio's checkpoint: every task
+# ready to run goes first), so that appends those tasks make join the proposal. Fewer
+# pending: it proposes at once, as a lone client's append must not wait (docs/decisions.md).
+PROPOSE_DEFER_ENTRIES_MIN = 16
 APPLY_BATCH_ENTRIES_MAX = 4096  # entries handed to the state machine in one apply call
 APPLY_BATCH_BYTES_MAX = 4 * APPEND_BATCH_BYTES_MAX  # and their bodies' bytes (one entry always)
 MAINTENANCE_INTERVAL_S = 0.25  # expiring appends, checkpoints: due times are checked this often

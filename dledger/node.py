@@ -398,6 +398,8 @@ class Node:
             if self._persisted is not None:
                 await self._step_persisted()
             if self._pending:
+                if self._pending_entries >= limits.PROPOSE_DEFER_ENTRIES_MIN:
+                    await trio.lowlevel.checkpoint()  # ready tasks may add appends to it
                 await self._propose_pending()
 
     async def _handle(self, event: object) -> None:

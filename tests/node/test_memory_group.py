@@ -178,3 +178,36 @@ async def test_idle_followers_are_woken_by_heartbeats_alone_and_still_time_out(
     assert cfg.election_ticks_min * period * 0.8 <= noticed_after_s
     assert noticed_after_s <= (cfg.election_ticks_max + 2) * period * 2
     assert any(woken.values()), "a follower's ticker woke it for its election timeout"
+
+
+async def test_a_loaded_leader_lets_ready_appends_join_its_proposal(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """With PROPOSE_DEFER_ENTRIES_MIN entries pending, a leader's raft loop yields once before
+    it proposes: an append made by a task ready at that moment goes in the same proposal,
+    whichever of the two trio runs first (without the yield, half the runs propose twice)."""
+    async with memory_group(tmp_path) as group:
+        name = await group.wait_for_leader()
+        leader = group.nodes[name]
+        replies: list[Status] = []
+
+        def reply(status: Status, message: str, fields: dict[str, Any]) -> None:
+            replies.append(status)
+
+        big = [b"m%d" % i for i in range(limits.PROPOSE_DEFER_ENTRIES_MIN)]
+        before = dict(leader.metrics)
+
+        async def later() -> None:
+            leader.submit_append([b"late"], reply)
+
+        async with trio.open_nursery() as nursery:
+            leader.submit_append(big, reply)  # wakes the raft loop
+            nursery.start_soon(later)  # ready in the same scheduler batch
+        with trio.fail_after(10):
+            while len(replies) < 2:
+                await trio.sleep(0.01)
+        assert replies == [Status.OK, Status.OK]
+        assert leader.metrics["proposals"] - before.get("proposals", 0) == 1
+        assert (
+            leader.metrics["proposed_entries"] - before.get("proposed_entries", 0) == len(big) + 1
+        )
