@@ -855,12 +855,13 @@ static PyObject *prepare_plain_one(const PlainBatch *b, PyObject *request) {
     long long ints[13] = {0};
     int read = read_send_fields(ext, names, raw, ints);
     if (read <= 0) return read < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *topic = raw[1], *properties = raw[8];
+    /* held: topic_part_of runs Python, which could change the dict they were borrowed from */
+    PyObject *topic = Py_NewRef(raw[1]), *properties = Py_XNewRef(raw[8]);
     long long queue_id = ints[4], sys_flag = ints[5], born_ms = ints[6], flag = ints[7];
     long long reconsume_times = ints[9];
-    PyObject *topic_part = PyObject_CallOneArg(b->topic_part_of, topic);
-    if (topic_part == NULL) return NULL;
     PyObject *result = NULL, *properties_data = NULL;
+    PyObject *topic_part = PyObject_CallOneArg(b->topic_part_of, topic);
+    if (topic_part == NULL) goto done;
     long perm, write_queues;
     PyObject *config = PyDict_GetItemWithError(b->topics, topic); /* borrowed */
     if (config == NULL && PyErr_Occurred()) goto done;
@@ -907,8 +908,10 @@ static PyObject *prepare_plain_one(const PlainBatch *b, PyObject *request) {
 python:
     result = Py_NewRef(Py_None);
 done:
-    Py_DECREF(topic_part);
+    Py_XDECREF(topic_part);
     Py_XDECREF(properties_data);
+    Py_DECREF(topic);
+    Py_XDECREF(properties);
     return result;
 }
 
