@@ -66,7 +66,7 @@ from remoting.codes import RequestCode, ResponseCode, SerializeType, code_name
 from remoting.command import RemotingCommand
 from remoting.connection import Connection
 from remoting.errors import BadProperty, HeaderFieldError, MessageFormatError, PropertiesTooLong
-from remoting.frame import PREFIX, encode_header, json_frame
+from remoting.frame import encode_header, json_frame
 from remoting.headers import (
     RAFT_FORWARDED_FIELD,
     SendMessageRequestHeader,
@@ -317,7 +317,7 @@ async def _send_oks(
         placed = await broker.placements(first, last, shaped_here=True)
     except ClientError:  # each request's own lookup says what it says
         return answering
-    template, prefix, mark_bytes = _send_ok_header(broker.store_host), PREFIX.pack, MARK_BYTES
+    template = _send_ok_header(broker.store_host)
     rest: Answering = []
     for item in answering:
         (i, p), index = item
@@ -326,8 +326,9 @@ async def _send_oks(
             rest.append(item)
             continue
         where = placed[index - first]
-        header = template % (request.opaque, where.physical_offset, p.queue_id, where.queue_offset)
-        responses[i] = prefix(mark_bytes + len(header), len(header)) + header
+        responses[i] = json_frame(
+            template % (request.opaque, where.physical_offset, p.queue_id, where.queue_offset)
+        )
     return rest
 
 
@@ -347,11 +348,6 @@ def _write_refusal(err: WriteFailed | WriteUnknown, prepared: _Prepared) -> Send
     return _outcome_unknown(prepared.first_properties, f"(the message may be stored): {err}")
 
 
-def _prepare(broker: Broker, request: RemotingCommand, connection: Connection) -> _Prepared:
-    """The request's entries, or SendRefused (HeaderFieldError for a header it cannot read)."""
-    return _prepare_plain(broker, request, connection) or _prepare_any(broker, request, connection)
-
-
 def _prepare_plain(
     broker: Broker, request: RemotingCommand, connection: Connection
 ) -> _Prepared | None:
@@ -365,10 +361,10 @@ def _prepare_plains(
 ) -> list[_Prepared | None] | None:
     """What `_prepare_any` makes of each usual send among `requests` (read from `connection`
     in one go), made by one C call for them all (broker/dispatch_native.c prepare_plains,
-    ~0.7 us a request where `_prepare_any` takes ~7): one message (not a batch) with plain properties, every
-    header field in the form a client writes it (text, or digits for a number), to an existing
-    writable topic and a queue it has, not a transaction's half, not a retry topic's send (it
-    may go to the dead letters). None for any other request, and for anything `_prepare_any`
+    ~0.7 us a request where `_prepare_any` takes ~7): one message (not a batch) with plain
+    properties, every header field in the form a client writes it (text, or digits for a
+    number), to an existing writable topic and a queue it has, not a transaction's half, not a
+    retry topic's send (it may go to the dead letters). None for any other request, and for anything `_prepare_any`
     would refuse: that path then makes or refuses it, the definition of both
     (tests/broker/test_send_plain.py holds them to the same records). None instead of the list
     when no request can be made here (no C half, a peer or store host that is not IPv4). The
@@ -436,7 +432,8 @@ def _ipv4_store_host(host: tuple[str, int]) -> bytes | None:
 
 
 def _prepare_any(broker: Broker, request: RemotingCommand, connection: Connection) -> _Prepared:
-    """`_prepare` for any send request."""
+    """Any send request's entries, or SendRefused (HeaderFieldError for a header it cannot
+    read): the definition `_prepare_plains` is held to."""
     short = request.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
     header = SendMessageRequestHeader.decode(request.ext_fields, short_names=short)
     dead = _dead_letter(broker, header)
@@ -554,7 +551,7 @@ def _pack_plain_batch(
     now_ms: int,
     cluster_pair: bytes,
 ) -> tuple[list[bytes], bytes] | None:
-    """A batch's records and its first message's properties as `_prepare`'s loop makes them
+    """A batch's records and its first message's properties as `_prepare_any`'s loop makes them
     for plain messages, packed by the C half (broker/dispatch_native.c, pack_batch); None when
     any message is not plain or anything is wrong, for that loop to handle or refuse."""
     assert native is not None
@@ -668,7 +665,6 @@ def _send_ok_template(msg_id_spec: bytes = b"%s") -> bytes:
 
 
 _SEND_OK_HEADER = _send_ok_template()
-MARK_BYTES = limits.HEADER_MARK_BYTES
 
 
 @functools.lru_cache(maxsize=16)
