@@ -27,6 +27,12 @@ def dev(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(dev_command(data, *args), capture_output=True, text=True, timeout=120)
 
 
+def answering_and_registered(row: str) -> bool:
+    """A replica's status row shows its role and the brokerId the name servers list it under."""
+    fields = row.split()
+    return len(fields) >= 6 and fields[2] in ("leader", "follower") and fields[5] != "-"
+
+
 def up_args() -> list[str]:
     base = free_port_block(2 + 2 * 2 * 3)
     return ["up", "--base-port", str(base), "--broker-command", shlex.join(FAKE_BROKER)]
@@ -41,6 +47,16 @@ def test_up_status_kill_down(tmp_path: Path) -> None:
     try:
         assert len(pids) == 8 and state["mode"] == "cluster"
         assert "broker-a: master" in up.stdout and "broker-b: master" in up.stdout
+        # `up` returns once each group has a master on every name server; a follower's own
+        # registration (every 0.3 s from the fake broker) may come a moment later
+        wait_until(
+            lambda: all(
+                map(answering_and_registered, dev(data, "status").stdout.splitlines()[1:7])
+            ),
+            20,
+            interval=0.2,
+            what="every replica answering and registered with the name servers",
+        )
         lines = dev(data, "status").stdout.splitlines()
         assert lines[0].split()[:6] == ["group", "replica", "role", "term", "leader", "ns"]
         assert lines[1].split()[:6] == ["broker-a", "n0", "leader", "1", "n0", "0"]
