@@ -89,6 +89,11 @@ FLUSH_INTERVAL_MS_DEFAULT = 500  # ASYNC_FLUSH: RocketMQ's flushIntervalCommitLo
 FLUSH_LEAST_PAGES_DEFAULT = 1024  # 4 MiB
 # ASYNC_FLUSH with flush_timed: flush whatever is dirty this often
 FLUSH_THOROUGH_INTERVAL_MS = 10_000
+# a flush takes the index files appends wrote along at most this often (their records are
+# rebuilt from the data after a crash; only the checkpoint needs them synced, and it is written
+# every CHECKPOINT_INTERVAL_MS_DEFAULT): one index fdatasync a round cost SYNC_FLUSH a third of
+# its fsync time (docs/decisions.md)
+INDEX_SYNC_INTERVAL_MS = 200
 CACHE_TAIL_BYTES_DEFAULT = 1 * GiB
 
 # --- relations, each with its reason -------------------------------------------------------------
@@ -132,4 +137,6 @@ assert CLIENT_RETRY_SLEEP_S_MAX * 1000 < ELECTION_TICKS_MIN_DEFAULT * TICK_MS_DE
 assert PROPOSAL_ENTRIES_MAX <= CLIENT_PENDING_REQUESTS_MAX * 2
 # expiring appends and checkpoints are looked at several times per their own deadlines
 assert MAINTENANCE_INTERVAL_S * 1000 * 4 <= CHECKPOINT_INTERVAL_MS_DEFAULT
+# a checkpoint's durable index lags the data's by at most about one index sync interval
+assert INDEX_SYNC_INTERVAL_MS <= CHECKPOINT_INTERVAL_MS_DEFAULT
 assert MAINTENANCE_INTERVAL_S * 1000 < APPEND_TIMEOUT_MS_DEFAULT

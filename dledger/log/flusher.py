@@ -27,6 +27,7 @@ from collections.abc import Callable
 import outcome
 import trio
 
+from dledger import limits
 from dledger.log.durability import FlushTicket
 from dledger.log.store import FlushPolicy, LogStore
 
@@ -100,6 +101,14 @@ class Flusher:
                     await self._wake.wait()
                 self._wake = trio.Event()
                 continue
+            if not self._periodic and store.index_sync_pending and not store.has_data_dirty:
+                # SYNC_FLUSH, idle but for index records a round left behind: sync them once
+                # their interval is up, unless an append comes first (its round takes them)
+                with trio.move_on_after(limits.INDEX_SYNC_INTERVAL_MS / MS_PER_S) as waited:
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                if not waited.cancelled_caught:
+                    continue
             await self.flush_once()
 
     async def flush_once(self) -> int:

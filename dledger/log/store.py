@@ -158,7 +158,7 @@ class LogStore:
             os.fdatasync(index_file.fd)
         for directory in (self.paths.root, self.paths.data, self.paths.index):
             fsync_dir(directory)
-        self._durability.durable_index = self._last_index
+        self._durability.durable_index = self._durability.index_durable_index = self._last_index
         self._segments.open_files.before_close = self._durability.sync_if_dirty
         self._index.open_files.before_close = self._durability.sync_if_dirty
         self.recovery = attrs.evolve(recovered.report, seconds=time.perf_counter() - began)
@@ -387,7 +387,8 @@ class LogStore:
 
     @property
     def durable_index(self) -> int:
-        """Everything through here is on disk (fsynced); never more than last_index."""
+        """Every entry through here is on disk (its data fsynced; its index record is rebuilt
+        from the data by recovery if a power loss took it); never more than last_index."""
         return self._durability.durable_index
 
     @property
@@ -401,7 +402,10 @@ class LogStore:
 
     def begin_flush(self) -> FlushTicket | None:
         """Capture what is dirty (loop thread); None when nothing is."""
-        ticket = self._durability.begin(self._last_index)
+        return self._begin_flush(everything=False)
+
+    def _begin_flush(self, *, everything: bool) -> FlushTicket | None:
+        ticket = self._durability.begin(self._last_index, everything=everything)
         if ticket is not None:
             ticket.releases = self._cache.releases(
                 self._writer.write_position, self._start.position
@@ -424,8 +428,9 @@ class LogStore:
         return self._durability.complete(ticket)
 
     def flush(self) -> int:
-        """begin + run + complete, blocking the caller; returns durable_index."""
-        ticket = self.begin_flush()
+        """begin + run + complete, blocking the caller, the index files included whatever
+        their interval; returns durable_index."""
+        ticket = self._begin_flush(everything=True)
         if ticket is not None:
             ticket.run()
             self.complete_flush(ticket)
@@ -455,6 +460,16 @@ class LogStore:
         return enough or waited_ms >= limits.FLUSH_THOROUGH_INTERVAL_MS
 
     @property
+    def has_data_dirty(self) -> bool:
+        """Entries (or file creations and removals) are written but not synced."""
+        return bool(self._durability.dirty or self._durability.dirty_directories)
+
+    @property
+    def index_sync_pending(self) -> bool:
+        """Index records are written but not synced (a flush takes them along when due)."""
+        return bool(self._durability.dirty_index)
+
+    @property
     def flush_wanted(self) -> bool:
         """flush_least_pages are dirty: an ASYNC_FLUSH flusher should look now (the cheap test
         an append makes before waking it)."""
@@ -475,7 +490,10 @@ class LogStore:
     def _write_checkpoint_locked(
         self, commit_index: int, applied_index: int, *, durable: int | None = None
     ) -> None:
-        durable_index = self._durability.durable_index if durable is None else durable
+        # Recovery trusts the index records up to the checkpoint's durable index, so it names
+        # an entry whose record is synced too (durability.py).
+        index_durable = self._durability.index_durable_index
+        durable_index = index_durable if durable is None else min(durable, index_durable)
         checkpoint = Checkpoint(commit_index, applied_index, durable_index, now_ms())
         write_checkpoint_file(self.paths.checkpoint, checkpoint)
         self._checkpoint = checkpoint

@@ -91,7 +91,7 @@ class LogWriter:
         write_at(file.fd, (record,), (index - file.first) * RECORD.size)
         durability = self.durability
         durability.dirty.add(segment)
-        durability.dirty.add(file)
+        durability.dirty_index.add(file)
         durability.dirty_bytes += size + RECORD.size
         self.write_position = position + size
         return position
@@ -171,7 +171,7 @@ class LogWriter:
                 )
             )
             write_at(file.fd, (records,), file.offset(index))
-            self.durability.dirty.add(file)
+            self.durability.dirty_index.add(file)
             self.durability.dirty_bytes += len(records)
             done += take
 
