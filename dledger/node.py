@@ -563,7 +563,12 @@ class Node:
         """The flusher made the log durable through `durable` (SYNC_FLUSH path)."""
         if self.sync_flush:
             self._report_durable(durable)
-        self._apply_wake.set()
+        # The applier stops at min(commit, durable): wake it only when durable was the bound.
+        # Usually commit is (a follower's commit trails what the leader sends it; a leader's
+        # rises when the raft loop steps the Persisted just reported, and wakes it there),
+        # and a wake for nothing costs the round a scheduler pass.
+        if self.applied_index < min(self.core.commit_index, durable):
+            self._apply_wake.set()
 
     def _report_durable(self, durable: int) -> None:
         """Send the promises the log now covers, and have the raft loop tell the core. The

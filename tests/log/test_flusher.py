@@ -184,3 +184,55 @@ async def test_a_failed_fsync_stops_the_flusher(
                 await flusher.wait_durable(1)  # never released: the flusher fails instead
         assert store.durable_index == 0
         monkeypatch.undo()  # before the store closes: close() flushes what is dirty
+
+
+async def test_an_error_in_on_durable_stops_the_flusher(tmp_path: Path) -> None:
+    """The round lands in trio's run_sync_soon task, which must not raise: the error goes
+    to run(), which raises it, as it does a failed fsync's."""
+
+    def broken(durable: int) -> None:
+        raise RuntimeError(f"owner failed at {durable}")
+
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store, on_durable=broken)
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(RuntimeError, match="owner failed at 1"), flatten_subgroups=True
+        ):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(flusher.run)
+                store.append(batch_of(1, 1, 1))
+                flusher.notify()
+                await flusher.wait_durable(1)  # released before the callback raised
+                await trio.sleep_forever()  # until run() raises
+        assert store.durable_index == 1
+
+
+async def test_a_cancelled_run_waits_for_its_round(tmp_path: Path) -> None:
+    """Begun tickets always complete: cancelling run() while a round is in its thread waits
+    for it to land, so the thread never reports to a finished trio run."""
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            store.append(batch_of(1, 1, 1))
+            flusher.notify()  # starts the round at once
+            nursery.cancel_scope.cancel()
+        assert store.durable_index == 1
+        assert store.flushes == 1
+
+
+async def test_appends_during_a_round_are_taken_by_the_next(tmp_path: Path) -> None:
+    """A round starts at the first append; what is appended while it runs waits for the
+    round that starts when it lands, one round for all of them."""
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            store.append(batch_of(1, 1, 1))
+            flusher.notify()
+            for index in range(2, 6):  # the first round is in its thread: these wait
+                store.append(batch_of(index, 1, 1))
+                flusher.notify()
+            assert await flusher.wait_durable(5) == 5
+            assert store.flushes == 2
+            nursery.cancel_scope.cancel()

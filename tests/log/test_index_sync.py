@@ -104,9 +104,10 @@ def test_truncation_lowers_what_the_records_vouch_for(
         assert store.read_checkpoint().durable_index == 4
 
 
-async def test_sync_flush_rounds_leave_the_index_and_an_idle_flusher_syncs_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+async def test_sync_flush_rounds_leave_the_index_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(limits, "INDEX_SYNC_INTERVAL_MS", NEVER_MS)
     with open_store(tmp_path, SMALL) as store:
         flusher = Flusher(store)
         async with trio.open_nursery() as nursery:
@@ -114,7 +115,6 @@ async def test_sync_flush_rounds_leave_the_index_and_an_idle_flusher_syncs_it(
             store.append(batch_of(1, 1, 1))
             flusher.notify()
             await flusher.wait_durable(1)  # the first round syncs the index too
-            monkeypatch.setattr(limits, "INDEX_SYNC_INTERVAL_MS", 60_000)
             fsyncs = store.fsyncs
             for index in range(2, 6):
                 store.append(batch_of(index, 1, 1))
@@ -124,14 +124,28 @@ async def test_sync_flush_rounds_leave_the_index_and_an_idle_flusher_syncs_it(
             assert store.index_sync_pending
             store.write_checkpoint(5, 5)
             assert store.read_checkpoint().durable_index == 1
-            await trio.sleep(59)
-            assert store.index_sync_pending  # not yet due
-            await trio.sleep(2)
-            assert not store.index_sync_pending  # taken by the idle round's ticket
-            with trio.fail_after(60):
-                while store.fsyncs - fsyncs < 5:  # that round's fdatasync runs in a thread
-                    await trio.sleep(0.01)
-            assert store.fsyncs - fsyncs == 5
+            assert await flusher.flush_once() == 5  # an explicit round takes them
+            assert not store.index_sync_pending
             store.write_checkpoint(5, 5)
             assert store.read_checkpoint().durable_index == 5
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_sync_flusher_syncs_what_rounds_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    monkeypatch.setattr(limits, "INDEX_SYNC_INTERVAL_MS", 60_000)
+    with open_store(tmp_path, SMALL) as store:
+        flusher = Flusher(store)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            for index in (1, 2):  # the first round takes the index, the second does not
+                store.append(batch_of(index, 1, 1))
+                flusher.notify()
+                await flusher.wait_durable(index)
+            assert store.index_sync_pending
+            with trio.fail_after(3600):  # virtual seconds: the timer's round runs in a thread
+                while store.index_sync_pending or store.read_checkpoint().durable_index < 2:
+                    await trio.sleep(1)
+                    store.write_checkpoint(2, 2)
             nursery.cancel_scope.cancel()
