@@ -97,7 +97,12 @@ def run_broker(config: RunConfig, progress: TextIO) -> tuple[Path, dict[str, Any
         (out / "run.json").write_text(json.dumps(info, indent=2) + "\n")
         network = Network(run_id, hosts)
         target = BrokerTarget(
-            Path(scratch), network, groups=groups, replicas=config.nodes, namesrvs=config.namesrvs
+            Path(scratch),
+            network,
+            groups=groups,
+            replicas=config.nodes,
+            namesrvs=config.namesrvs,
+            broker_args=broker_args(config),
         )
         try:
             network.setup()
@@ -242,6 +247,11 @@ async def _progress(
         )
 
 
+def broker_args(config: RunConfig) -> list[str]:
+    """Every broker replica's arguments beyond its identity: BROKER_ARGS, and --flush."""
+    return [*BROKER_ARGS, *(["--flush", config.flush] if config.flush else [])]
+
+
 def run_info(config: RunConfig, run_id: str, netem: str | None) -> dict[str, Any]:
     return {
         "target": "broker",
@@ -257,7 +267,7 @@ def run_info(config: RunConfig, run_id: str, netem: str | None) -> dict[str, Any
         "run_id": run_id,
         "isolation": ISOLATION,
         "netem": "available, not used yet" if netem is None else f"not available: {netem}",
-        "broker_args": BROKER_ARGS,
+        "broker_args": broker_args(config),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "cpus": os.cpu_count(),
         "command": " ".join(sys.argv),

@@ -23,6 +23,7 @@ from typing import Any
 
 from chaos.history import HistoryUnreadable
 from chaos.run import RunConfig, SetupFailed, check_saved, cleanup_saved, run
+from chaos.run_config import FLUSH_POLICIES
 from chaos.schedule import BROKER_SCENARIOS, SCENARIOS
 
 EXIT_SETUP = 2
@@ -78,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument(
         "--keep-stores", action="store_true", help="copy the replicas' stores to OUT/stores"
+    )
+    r.add_argument(
+        "--flush",
+        choices=FLUSH_POLICIES,
+        help="broker target: the brokers' flushDiskType (default: theirs, ASYNC_FLUSH)",
     )
     c = sub.add_parser("check", help="re-run the checkers on a saved run and rewrite its report")
     c.add_argument("run_dir", type=Path)
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 keep_stores=args.keep_stores,
                 groups=args.groups,
                 namesrvs=args.namesrvs,
+                flush=args.flush,
             )
             outcome = run(config)
             out = args.out

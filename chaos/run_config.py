@@ -21,6 +21,7 @@ TARGETS = ("dledger", "broker")
 NODES_MIN, NODES_MAX = 3, 9
 GROUPS_MAX = 8  # broker groups of a broker run
 NAMESRVS_MAX = 4
+FLUSH_POLICIES = ("SYNC_FLUSH", "ASYNC_FLUSH")  # broker target: what --flush takes
 
 
 class SetupFailed(Exception):
@@ -41,6 +42,7 @@ class RunConfig:
     keep_stores: bool = False
     groups: int = 2  # broker target: broker groups of `nodes` replicas each
     namesrvs: int = 2  # broker target: name servers
+    flush: str | None = None  # broker target: the brokers' flushDiskType (None: their default)
 
     @property
     def scenarios(self) -> dict[str, tuple[str, ...]]:
@@ -58,6 +60,10 @@ class RunConfig:
             raise SetupFailed(f"--nodes must be {NODES_MIN}..{NODES_MAX}")
         if not 1 <= self.groups <= GROUPS_MAX or not 1 <= self.namesrvs <= NAMESRVS_MAX:
             raise SetupFailed(f"--groups must be 1..{GROUPS_MAX}, --namesrvs 1..{NAMESRVS_MAX}")
+        if self.flush is not None and self.target != "broker":
+            raise SetupFailed("--flush is for the broker target (dledger-server runs SYNC_FLUSH)")
+        if self.flush not in (None, *FLUSH_POLICIES):
+            raise SetupFailed(f"--flush must be one of {', '.join(FLUSH_POLICIES)}")
         if self.duration_s <= 0 or self.workers < 1 or self.op_timeout_s <= 0:
             raise SetupFailed("--duration, --workers and --op-timeout must be positive")
 

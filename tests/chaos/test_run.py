@@ -10,10 +10,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chaos import capabilities
+from chaos.broker_run import broker_args
+from chaos.cli import build_parser
+from chaos.run import RunConfig, SetupFailed
+from chaos.targets.broker import BROKER_ARGS
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "chaos.cli"]
@@ -173,3 +178,22 @@ def test_cleanup_removes_what_a_killed_harness_left_behind(tmp_path: Path) -> No
     assert cleaned.returncode == 0, cleaned.stderr
     assert "removed: dlc-" in cleaned.stdout
     assert leftovers(out) == []
+
+
+def test_flush_reaches_every_broker_and_is_for_the_broker_target_only(tmp_path: Path) -> None:
+    def config(**kwargs: Any) -> RunConfig:
+        return RunConfig(scenario="random", duration_s=10, seed=1, out=tmp_path, **kwargs)
+
+    sync = config(target="broker", flush="SYNC_FLUSH")
+    sync.validate()
+    assert broker_args(sync) == [*BROKER_ARGS, "--flush", "SYNC_FLUSH"]
+    assert broker_args(config(target="broker")) == BROKER_ARGS  # the brokers' own default
+    with pytest.raises(SetupFailed, match="--flush is for the broker target"):
+        config(target="dledger", flush="SYNC_FLUSH").validate()
+    with pytest.raises(SetupFailed, match="--flush must be one of"):
+        config(target="broker", flush="LAZY").validate()
+    args = ["run", "--target", "broker", "--scenario", "random", "--out", str(tmp_path)]
+    assert build_parser().parse_args([*args, "--flush", "SYNC_FLUSH"]).flush == "SYNC_FLUSH"
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args([*args, "--flush", "LAZY"])
+    assert exited.value.code == 2
