@@ -761,6 +761,13 @@ def run_cluster(
             where = keep_logs / f"{policy}-{body.__name__}-{args[0]}"
             shutil.copytree(cluster.root / "logs", where, dirs_exist_ok=True)
     result["log_problems"] = log_problems(cluster)
+    # The row's files go, and the disk is quiet, before the next row (or a peer) starts: the
+    # pages a row left dirty (an ASYNC_FLUSH row's broker files) were written back during the
+    # rows after it, and a SYNC_FLUSH row at 128 senders after the ASYNC rows ran at 29k
+    # msgs/s against 35.5k after SYNC rows (docs/decisions.md). Deleted files need no
+    # writeback; the sync commits the deletion (and its discards) now.
+    shutil.rmtree(cluster.root, ignore_errors=True)
+    os.sync()
     return result
 
 
