@@ -99,8 +99,13 @@ class Durability:
     def dirty_pages(self) -> int:
         return self.dirty_bytes // mmap.PAGESIZE
 
+    def has_data_dirty(self) -> bool:
+        """Entries (or file creations and removals) written and not yet captured: what every
+        ticket syncs."""
+        return bool(self.dirty or self.dirty_directories)
+
     def has_dirty(self) -> bool:
-        return bool(self.dirty or self.dirty_directories or self.dirty_index)
+        return self.has_data_dirty() or bool(self.dirty_index)
 
     def begin(self, last_index: int, *, everything: bool = False) -> FlushTicket | None:
         """Capture what is dirty for a ticket; None when nothing is. The dirty index files go
@@ -111,7 +116,7 @@ class Durability:
         now = time.monotonic()
         with_index = (
             everything
-            or not (self.dirty or self.dirty_directories)
+            or not self.has_data_dirty()
             or now - self._index_synced_at >= limits.INDEX_SYNC_INTERVAL_MS / 1000
         )
         files = set(self.dirty)

@@ -102,7 +102,8 @@ class Flusher:
                 task_status.started()
                 self._start_if_due()
                 await self._failed.wait()
-                raise self._failure  # type: ignore[misc]
+                assert self._failure is not None
+                raise self._failure
         finally:
             self._running = False
             with trio.CancelScope(shield=True):

@@ -462,7 +462,7 @@ class LogStore:
     @property
     def has_data_dirty(self) -> bool:
         """Entries (or file creations and removals) are written but not synced."""
-        return bool(self._durability.dirty or self._durability.dirty_directories)
+        return self._durability.has_data_dirty()
 
     @property
     def index_sync_pending(self) -> bool:

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from dledger.log.flusher import Flusher
 from dledger.log.store import FlushPolicy, LogStore, StoreConfig
 from dledger.raft.entries import EntryBatch, EntryKind
 
@@ -20,6 +21,13 @@ ASYNC_SMALL = StoreConfig(
 
 def open_store(path: Path, config: StoreConfig = TINY, **kwargs: object) -> LogStore:
     return LogStore.open(path, config, group=GROUP, self_id=SELF_ID, **kwargs)  # type: ignore[arg-type]
+
+
+def append_one(store: LogStore, flusher: Flusher, size: int | None = None) -> int:
+    """One entry (term 1) after the last, and the flusher told, as the node does; its index."""
+    index = store.append(batch_of(store.last_index + 1, 1, 1, size))
+    flusher.notify()
+    return index
 
 
 def body(index: int, term: int, size: int | None = None) -> bytes:

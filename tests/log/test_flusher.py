@@ -14,7 +14,7 @@ import trio.testing
 
 from dledger.log.flusher import Flusher
 from dledger.log.store import LogStore
-from tests.log.helpers import ASYNC_SMALL, SMALL, batch_of, open_store
+from tests.log.helpers import ASYNC_SMALL, SMALL, append_one, batch_of, open_store
 
 APPENDERS = 64
 APPENDS_EACH = 16
@@ -22,8 +22,7 @@ APPENDS_EACH = 16
 
 async def appender(store: LogStore, flusher: Flusher, done: list[int]) -> None:
     for _ in range(APPENDS_EACH):
-        index = store.append(batch_of(store.last_index + 1, 1, 1, size=200))
-        flusher.notify()
+        index = append_one(store, flusher, size=200)
         assert await flusher.wait_durable(index) >= index
         assert store.durable_index >= index
         done.append(index)
@@ -200,8 +199,7 @@ async def test_an_error_in_on_durable_stops_the_flusher(tmp_path: Path) -> None:
         ):
             async with trio.open_nursery() as nursery:
                 await nursery.start(flusher.run)
-                store.append(batch_of(1, 1, 1))
-                flusher.notify()
+                append_one(store, flusher)
                 await flusher.wait_durable(1)  # released before the callback raised
                 await trio.sleep_forever()  # until run() raises
         assert store.durable_index == 1
@@ -214,8 +212,7 @@ async def test_a_cancelled_run_waits_for_its_round(tmp_path: Path) -> None:
         flusher = Flusher(store)
         async with trio.open_nursery() as nursery:
             await nursery.start(flusher.run)
-            store.append(batch_of(1, 1, 1))
-            flusher.notify()  # starts the round at once
+            append_one(store, flusher)  # starts the round at once
             nursery.cancel_scope.cancel()
         assert store.durable_index == 1
         assert store.flushes == 1
@@ -228,11 +225,9 @@ async def test_appends_during_a_round_are_taken_by_the_next(tmp_path: Path) -> N
         flusher = Flusher(store)
         async with trio.open_nursery() as nursery:
             await nursery.start(flusher.run)
-            store.append(batch_of(1, 1, 1))
-            flusher.notify()
-            for index in range(2, 6):  # the first round is in its thread: these wait
-                store.append(batch_of(index, 1, 1))
-                flusher.notify()
+            append_one(store, flusher)
+            for _ in range(4):  # the first round is in its thread: these wait
+                append_one(store, flusher)
             assert await flusher.wait_durable(5) == 5
             assert store.flushes == 2
             nursery.cancel_scope.cancel()

@@ -13,7 +13,7 @@ import trio.testing
 from dledger import limits
 from dledger.log.flusher import Flusher
 from dledger.log.store import LogStore
-from tests.log.helpers import SMALL, batch_of, body, index_files, open_store
+from tests.log.helpers import SMALL, append_one, batch_of, body, index_files, open_store
 
 RECORD_BYTES = 32
 NEVER_MS = 10**9  # an index sync interval no test outlives
@@ -112,14 +112,10 @@ async def test_sync_flush_rounds_leave_the_index_records(
         flusher = Flusher(store)
         async with trio.open_nursery() as nursery:
             await nursery.start(flusher.run)
-            store.append(batch_of(1, 1, 1))
-            flusher.notify()
-            await flusher.wait_durable(1)  # the first round syncs the index too
+            await flusher.wait_durable(append_one(store, flusher))  # it syncs the index too
             fsyncs = store.fsyncs
-            for index in range(2, 6):
-                store.append(batch_of(index, 1, 1))
-                flusher.notify()
-                await flusher.wait_durable(index)
+            for _ in range(4):
+                await flusher.wait_durable(append_one(store, flusher))
             assert store.fsyncs - fsyncs == 4  # one fdatasync a round: the segment's
             assert store.index_sync_pending
             store.write_checkpoint(5, 5)
@@ -139,10 +135,8 @@ async def test_an_idle_sync_flusher_syncs_what_rounds_left_behind(
         flusher = Flusher(store)
         async with trio.open_nursery() as nursery:
             await nursery.start(flusher.run)
-            for index in (1, 2):  # the first round takes the index, the second does not
-                store.append(batch_of(index, 1, 1))
-                flusher.notify()
-                await flusher.wait_durable(index)
+            for _ in range(2):  # the first round takes the index, the second does not
+                await flusher.wait_durable(append_one(store, flusher))
             assert store.index_sync_pending
             with trio.fail_after(3600):  # virtual seconds: the timer's round runs in a thread
                 while store.index_sync_pending or store.read_checkpoint().durable_index < 2:
