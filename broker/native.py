@@ -7,6 +7,6 @@ dispatcher runs in Python alone, which is also the definition the C half is test
 
 from __future__ import annotations
 
-from remoting.native import optional_extension
+from netio.native import optional_extension
 
 native = optional_extension("broker._dispatch_native")

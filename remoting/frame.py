@@ -39,11 +39,11 @@ from typing import Any
 
 import orjson
 
+from netio.native import optional_extension
 from remoting import limits
 from remoting.codes import LanguageCode, SerializeType
 from remoting.command import RemotingCommand
 from remoting.errors import FrameTooLarge, MalformedFrame
-from remoting.native import optional_extension
 from remoting.stored_message import new_tuple
 
 __all__ = [
@@ -66,7 +66,7 @@ INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 HEADER_LEN_MASK = 0xFFFFFF
 OTHER_LANGUAGE = LanguageCode.OTHER.name
 
-# The usual frame decoded in C (remoting/frame_native.c), or None (remoting/native.py):
+# The usual frame decoded in C (remoting/frame_native.c), or None (netio/native.py):
 # FrameDecoder then reads every frame in Python, which also defines what the C half must do
 # (tests/remoting/test_frame_native.py).
 native = optional_extension("remoting._frame_native")

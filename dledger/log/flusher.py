@@ -12,9 +12,11 @@ it flushes at most once per interval).
 
 No task waits between the steps of a round, because under SYNC_FLUSH a round runs for every
 append on every replica and each scheduler pass costs as much as the fsync's own CPU: the
-append that finds no round running starts one itself (`notify`), the ticket goes to one of
-trio's cached threads (`start_thread_soon`, without `to_thread`'s limiter and context copy),
-and the thread's result lands in a `run_sync_soon` callback on the loop, which completes the
+append that finds no round running starts one itself (`notify`), and the ticket goes to the C
+fsync thread (`Syncer`, dledger/log/sync_native.c, which never takes the GIL; its eventfd wakes
+the one landing task) or, for a round that fsyncs a directory or where the C half is not built,
+to one of trio's cached threads (`start_thread_soon`, without `to_thread`'s limiter and context
+copy), whose result lands in a `run_sync_soon` callback on the loop. Landing completes the
 ticket, reschedules the waiters it covered (a heap by index, not an Event each loops on),
 reports the durable index and starts the next round if one is due. A failed round (EIO) is
 handed to `run()`, which raises it: the owner must stop. `run()` also keeps the timers (the
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import os
 from collections.abc import Callable
+from typing import Any
 
 import outcome
 import trio
@@ -35,8 +39,13 @@ import trio
 from dledger import limits
 from dledger.log.durability import FlushTicket
 from dledger.log.store import FlushPolicy, LogStore
+from netio.native import optional_extension
 
 MS_PER_S = 1000
+
+# fsync rounds on a thread that never takes the GIL (dledger/log/sync_native.c), or None:
+# trio's worker threads then run them
+native = optional_extension("dledger.log._sync_native")
 
 
 class Flusher:
@@ -61,6 +70,8 @@ class Flusher:
         self._failed = trio.Event()
         self._index_left = trio.Event()  # SYNC_FLUSH: a round left only index records dirty
         self._poll: trio.CancelScope | None = None  # ASYNC_FLUSH: the timer's current sleep
+        self._syncer: Any = None  # run()'s native Syncer, while it runs
+        self._native_ticket: FlushTicket | None = None  # the round the Syncer has
 
     def notify(self) -> None:
         """Something was appended or truncated: under SYNC_FLUSH a round starts now unless
@@ -94,11 +105,14 @@ class Flusher:
         cancel it waits for the round in flight (begun tickets always complete)."""
         if self.store.segment_prepare_due:
             self._prepare_wake.set()
+        syncer = self._syncer = native.Syncer() if native is not None else None
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._prepare_segments)
                 nursery.start_soon(self._timer)
+                if syncer is not None:
+                    nursery.start_soon(self._land_native, syncer)
                 task_status.started()
                 self._start_if_due()
                 await self._failed.wait()
@@ -108,7 +122,15 @@ class Flusher:
             self._running = False
             with trio.CancelScope(shield=True):
                 while self._round is not None:
-                    await self._round.wait()
+                    if self._native_ticket is not None:
+                        assert syncer is not None
+                        await trio.lowlevel.wait_readable(syncer.fileno())
+                        self._collect_native(syncer)
+                    else:
+                        await self._round.wait()
+            self._syncer = None
+            if syncer is not None:
+                syncer.close()
 
     async def flush_once(self) -> int:
         """One group commit now, whatever the policy (after the round in flight, if any);
@@ -146,6 +168,12 @@ class Flusher:
         self._round = trio.Event()
         if self._poll is not None:
             self._poll.cancel()
+        syncer = self._syncer
+        if syncer is not None and not ticket.directories:  # a directory: rare, Python's
+            self._native_ticket = ticket
+            syncer.submit(ticket.fds, ticket.releases)  # its descriptors are the Syncer's now
+            ticket.releases = []
+            return ticket
         token = trio.lowlevel.current_trio_token()
 
         def deliver(result: outcome.Outcome[None]) -> None:  # in the worker thread
@@ -176,6 +204,26 @@ class Flusher:
             self._failed.set()
         assert landed is not None
         landed.set()
+
+    async def _land_native(self, syncer: Any) -> None:
+        """Lands the Syncer's rounds: its descriptor turns readable when one is done."""
+        while True:
+            await trio.lowlevel.wait_readable(syncer.fileno())
+            self._collect_native(syncer)
+
+    def _collect_native(self, syncer: Any) -> None:
+        error = syncer.collect()
+        if error is None:
+            return  # woken early: not done yet
+        ticket, self._native_ticket = self._native_ticket, None
+        assert ticket is not None
+        ticket.ran = True
+        if error:
+            result: outcome.Outcome[None] = outcome.Error(OSError(error, os.strerror(error)))
+        else:
+            ticket.fsyncs = len(ticket.fds)
+            result = outcome.Value(None)
+        self._land(ticket, result)
 
     def _release(self, durable: int) -> None:
         waiters = self._waiters

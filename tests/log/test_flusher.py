@@ -1,5 +1,6 @@
 """Group commit with trio: concurrent appenders share fsyncs; ASYNC_FLUSH flushes on its
-interval or once enough is dirty; durable-index callbacks arrive in order."""
+interval or once enough is dirty; durable-index callbacks arrive in order. Every test runs
+twice: rounds on the C fsync thread (dledger/log/sync_native.c) and on trio's worker threads."""
 
 from __future__ import annotations
 
@@ -12,12 +13,24 @@ import pytest
 import trio
 import trio.testing
 
+from dledger.log import flusher as flusher_module
+from dledger.log.durability import FlushTicket
 from dledger.log.flusher import Flusher
 from dledger.log.store import LogStore
 from tests.log.helpers import ASYNC_SMALL, SMALL, append_one, batch_of, open_store
 
 APPENDERS = 64
 APPENDS_EACH = 16
+
+
+@pytest.fixture(autouse=True, params=["native", "threads"])
+def fsync_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which thread runs the rounds: the C one, or trio's (where the C half is not built)."""
+    if request.param == "threads":
+        monkeypatch.setattr(flusher_module, "native", None)
+    else:
+        assert flusher_module.native is not None, "dledger.log._sync_native is not built"
+    return str(request.param)
 
 
 async def appender(store: LogStore, flusher: Flusher, done: list[int]) -> None:
@@ -163,6 +176,18 @@ async def test_a_waiter_for_a_truncated_entry_waits_for_its_successor(tmp_path: 
         assert store.durable_index == 3
 
 
+async def fails_with(flusher: Flusher, index: int, code: int) -> None:
+    """Run the flusher and wait for `index` to be durable: its run() raises OSError(`code`)
+    instead, and the waiter is never released."""
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(OSError, check=lambda e: e.errno == code), flatten_subgroups=True
+    ):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(flusher.run)
+            flusher.notify()
+            await flusher.wait_durable(index)
+
+
 async def test_a_failed_fsync_stops_the_flusher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -173,16 +198,46 @@ async def test_a_failed_fsync_stops_the_flusher(
         flusher = Flusher(store)
         store.append(batch_of(1, 1, 1))
         monkeypatch.setattr(os, "fdatasync", eio)
-        with pytest.RaisesGroup(
-            pytest.RaisesExc(OSError, check=lambda e: e.errno == errno.EIO),
-            flatten_subgroups=True,
-        ):
-            async with trio.open_nursery() as nursery:
-                await nursery.start(flusher.run)
-                flusher.notify()
-                await flusher.wait_durable(1)  # never released: the flusher fails instead
+        await fails_with(flusher, 1, errno.EIO)
         assert store.durable_index == 0
         monkeypatch.undo()  # before the store closes: close() flushes what is dirty
+
+
+async def test_a_failed_round_of_data_files_stops_the_flusher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync_path: str
+) -> None:
+    """A round that syncs files only (no directory) goes to the C thread when it is built; its
+    errno comes back as the OSError os.fdatasync raises on trio's threads. A pipe among the
+    ticket's descriptors makes fdatasync fail (EINVAL) on either."""
+    read_end, write_end = os.pipe()
+    tickets: list[FlushTicket] = []
+    with open_store(tmp_path, SMALL) as store:
+        store.append(batch_of(1, 1, 1))
+        store.flush()  # the store's new files and their directory entries: synced here
+        real_begin = store.begin_flush
+
+        def begin_flush() -> FlushTicket | None:
+            ticket = real_begin()
+            if ticket is not None:
+                ticket.fds.append(os.dup(read_end))
+                tickets.append(ticket)
+            return ticket
+
+        monkeypatch.setattr(store, "begin_flush", begin_flush)
+        if fsync_path == "native":
+
+            def not_here(self: FlushTicket) -> None:
+                raise AssertionError("a round of files only ran on a Python thread")
+
+            monkeypatch.setattr(FlushTicket, "run", not_here)
+        flusher = Flusher(store)
+        store.append(batch_of(2, 1, 1))
+        await fails_with(flusher, 2, errno.EINVAL)
+        assert store.durable_index == 1
+        assert len(tickets) == 1 and not tickets[0].directories and tickets[0].ran
+        monkeypatch.undo()
+    os.close(read_end)
+    os.close(write_end)
 
 
 async def test_an_error_in_on_durable_stops_the_flusher(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 An extension is None where it was not built (no compiler or Python headers: the package
 installs without it) and in a process started with `DLEDGER_NO_NATIVE=1`; its Python code then
-does the work alone, as it defines what the C does (broker/native.py, remoting/frame.py).
+does the work alone, as it defines what the C does (broker/native.py, remoting/frame.py,
+dledger/log/flusher.py). Here, below dledger/ and remoting/, because both have one.
 """
 
 from __future__ import annotations
