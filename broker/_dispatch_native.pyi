@@ -80,3 +80,12 @@ def prepare_plains(
     prepared_type: type[Any],
     /,
 ) -> list[Any]: ...
+def send_ok_frames(
+    answering: list[Any],
+    placed: list[Any],
+    first: int,
+    parts: tuple[bytes, ...],
+    json: object,
+    responses: list[Any],
+    /,
+) -> list[Any]: ...

@@ -59,6 +59,16 @@
  *     messages_max messages, a marker, a record or properties over their bounds): the caller
  *     then runs that path, which names the refusal.
  *
+ *   send_ok_frames(answering, placed, first, parts, json, responses) -> rest
+ *
+ *     The leader's SEND_OK frames for a committed run (broker/send.py _send_oks): for each
+ *     ((slot, prepared), index) of `answering` whose prepared has one record, no half and a
+ *     request with the `json` serialization, writes into responses[slot] the frame of the
+ *     JSON header parts[0] opaque parts[1] physical-offset parts[2] queue-id parts[3]
+ *     queue-offset parts[4] (decimal, then 16 upper-case hex digits, then decimal twice),
+ *     the physical and queue offsets from placed[index - first] and the queue id from the
+ *     prepared; returns the other items, for the Python path.
+ *
  * The Python code remains the definition: tests/broker/test_dispatch_native.py holds each
  * function to it (the same ConsumeQueue and IndexFile bytes, records, offsets and placements
  * for arbitrary and damaged input).
@@ -952,7 +962,131 @@ done:
     return out;
 }
 
+/* _Prepared (broker/send.py) and RemotingCommand (remoting/command.py) are NamedTuples:
+ * fields by position, checked by the Python side at import */
+enum { PREPARED_REQUEST = 0, PREPARED_RECORDS = 3, PREPARED_QUEUE_ID = 4, PREPARED_HALVES = 5,
+       PREPARED_FIELDS = 6 };
+enum { COMMAND_OPAQUE = 1, COMMAND_SERIALIZATION = 8, COMMAND_FIELDS = 9 };
+enum { SEND_OK_PARTS = 5, SEND_OK_NUMBER_MAX = 24 };
+
+/* A tuple item as a long long; -1 with an error set when it is not an int. */
+static int tuple_int(PyObject *tuple, Py_ssize_t at, long long *out) {
+    *out = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, at));
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* One SEND_OK frame; NULL with an error set. */
+static PyObject *send_ok_frame(PyObject *const *parts, long long opaque, long long physical,
+                               long long queue_id, long long queue_offset) {
+    char numbers[4][SEND_OK_NUMBER_MAX];
+    int lengths[4];
+    lengths[0] = snprintf(numbers[0], SEND_OK_NUMBER_MAX, "%lld", opaque);
+    lengths[1] = snprintf(numbers[1], SEND_OK_NUMBER_MAX, "%016llX", (unsigned long long)physical);
+    lengths[2] = snprintf(numbers[2], SEND_OK_NUMBER_MAX, "%lld", queue_id);
+    lengths[3] = snprintf(numbers[3], SEND_OK_NUMBER_MAX, "%lld", queue_offset);
+    Py_ssize_t header = 0;
+    for (int k = 0; k < SEND_OK_PARTS; k++) header += PyBytes_GET_SIZE(parts[k]);
+    for (int k = 0; k < 4; k++) header += lengths[k];
+    if (header > 0xFFFFFF) {
+        PyErr_SetString(PyExc_ValueError, "a SEND_OK header over 16 MiB");
+        return NULL;
+    }
+    PyObject *frame = PyBytes_FromStringAndSize(NULL, 8 + header);
+    if (frame == NULL) return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(frame);
+    uint32_t length = (uint32_t)(4 + header), mark = (uint32_t)header; /* JSON: type byte 0 */
+    for (int k = 0; k < 4; k++) {
+        out[k] = (unsigned char)(length >> (24 - 8 * k));
+        out[4 + k] = (unsigned char)(mark >> (24 - 8 * k));
+    }
+    out += 8;
+    for (int k = 0; k < SEND_OK_PARTS; k++) {
+        memcpy(out, PyBytes_AS_STRING(parts[k]), (size_t)PyBytes_GET_SIZE(parts[k]));
+        out += PyBytes_GET_SIZE(parts[k]);
+        if (k < 4) {
+            memcpy(out, numbers[k], (size_t)lengths[k]);
+            out += lengths[k];
+        }
+    }
+    return frame;
+}
+
+static PyObject *send_ok_frames(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *answering, *placed, *parts_tuple, *json, *responses;
+    long long first;
+    if (!PyArg_ParseTuple(args, "O!O!LO!OO!:send_ok_frames", &PyList_Type, &answering,
+                          &PyList_Type, &placed, &first, &PyTuple_Type, &parts_tuple, &json,
+                          &PyList_Type, &responses))
+        return NULL;
+    if (PyTuple_GET_SIZE(parts_tuple) != SEND_OK_PARTS) {
+        PyErr_SetString(PyExc_ValueError, "parts: the header's five pieces");
+        return NULL;
+    }
+    PyObject *const *parts = &PyTuple_GET_ITEM(parts_tuple, 0);
+    for (int k = 0; k < SEND_OK_PARTS; k++) {
+        if (!PyBytes_Check(parts[k])) {
+            PyErr_SetString(PyExc_TypeError, "parts: bytes");
+            return NULL;
+        }
+    }
+    PyObject *rest = PyList_New(0);
+    if (rest == NULL) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(answering);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *item = PyList_GET_ITEM(answering, k), *pair, *prepared, *request, *records;
+        long long slot, index, halves, opaque, queue_id, queue_offset, physical;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyTuple_Check(pair = PyTuple_GET_ITEM(item, 0)) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyTuple_Check(prepared = PyTuple_GET_ITEM(pair, 1)) ||
+            PyTuple_GET_SIZE(prepared) != PREPARED_FIELDS ||
+            !PyTuple_Check(request = PyTuple_GET_ITEM(prepared, PREPARED_REQUEST)) ||
+            PyTuple_GET_SIZE(request) != COMMAND_FIELDS ||
+            !PyList_Check(records = PyTuple_GET_ITEM(prepared, PREPARED_RECORDS))) {
+            PyErr_SetString(PyExc_TypeError, "answering: ((slot, _Prepared), index) items");
+            goto fail;
+        }
+        if (tuple_int(pair, 0, &slot) < 0 || tuple_int(item, 1, &index) < 0 ||
+            tuple_int(prepared, PREPARED_HALVES, &halves) < 0)
+            goto fail;
+        if (PyList_GET_SIZE(records) != 1 || halves != 0 ||
+            PyTuple_GET_ITEM(request, COMMAND_SERIALIZATION) != json) {
+            if (PyList_Append(rest, item) < 0) goto fail;
+            continue;
+        }
+        if (index - first < 0 || index - first >= PyList_GET_SIZE(placed) || slot < 0 ||
+            slot >= PyList_GET_SIZE(responses)) {
+            PyErr_SetString(PyExc_IndexError, "an index outside placed, or a slot outside responses");
+            goto fail;
+        }
+        PyObject *where = PyList_GET_ITEM(placed, (Py_ssize_t)(index - first));
+        if (!PyTuple_Check(where) || PyTuple_GET_SIZE(where) != 3) {
+            PyErr_SetString(PyExc_TypeError, "placed: Placed tuples");
+            goto fail;
+        }
+        if (tuple_int(request, COMMAND_OPAQUE, &opaque) < 0 ||
+            tuple_int(prepared, PREPARED_QUEUE_ID, &queue_id) < 0 ||
+            tuple_int(where, 1, &queue_offset) < 0 || tuple_int(where, 2, &physical) < 0)
+            goto fail;
+        if (physical < 0) {
+            PyErr_SetString(PyExc_ValueError, "a negative physical offset");
+            goto fail;
+        }
+        PyObject *frame = send_ok_frame(parts, opaque, physical, queue_id, queue_offset);
+        if (frame == NULL) goto fail;
+        PyObject *old = PyList_GET_ITEM(responses, (Py_ssize_t)slot);
+        PyList_SET_ITEM(responses, (Py_ssize_t)slot, frame);
+        Py_XDECREF(old);
+    }
+    return rest;
+fail:
+    Py_DECREF(rest);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"send_ok_frames", send_ok_frames, METH_VARARGS,
+     "The leader's SEND_OK frames of a committed run into `responses`; the other items."},
     {"scan", scan, METH_VARARGS, "The plain messages of an applied batch, from `start` on."},
     {"index_put", index_put, METH_VARARGS, "Put whole messages' items into a mapped IndexFile."},
     {"shape", shape, METH_VARARGS, "The leader's offsets written into plain records from `start` on."},

@@ -309,15 +309,43 @@ async def _send_oks(
     """The leader's SEND_OK frames, in `responses`, for the requests of a committed run that
     `_answer` would write from `_SEND_OK_HEADER`: one message, no half, a JSON header. All in
     one pass over one placements lookup, where `_answer` takes a coroutine and ten calls a
-    request (~2 us of bench.broker's leader a message: docs/decisions.md). Returns the others,
-    for `_answer`; all of them when the placements are not known here."""
+    request (~2 us of bench.broker's leader a message: docs/decisions.md); the pass is
+    broker/dispatch_native.c send_ok_frames where it is built (~0.2 us a request against
+    ~1). Returns the others, for `_answer`; all of them when the placements are not known
+    here."""
     first = answering[0][1]
     last = answering[-1][1] + len(answering[-1][0][1].records) - 1
     try:
         placed = await broker.placements(first, last, shaped_here=True)
     except ClientError:  # each request's own lookup says what it says
         return answering
-    template = _send_ok_header(broker.store_host)
+    if native is not None:
+        rest: Answering = native.send_ok_frames(
+            answering, placed, first, _send_ok_parts(broker.store_host), SerializeType.JSON,
+            responses,
+        )  # fmt: skip
+        return rest
+    return _send_oks_python(answering, placed, first, responses, broker.store_host)
+
+
+# the fields send_ok_frames reads by position (dispatch_native.c PREPARED_*, COMMAND_*)
+assert _Prepared._fields == (
+    "request", "first_properties", "metas", "records", "queue_id", "halves"
+)  # fmt: skip
+assert len(RemotingCommand._fields) == 9
+assert RemotingCommand._fields.index("opaque") == 1
+assert RemotingCommand._fields.index("serialization") == 8
+
+
+def _send_oks_python(
+    answering: Answering,
+    placed: list[Placed],
+    first: int,
+    responses: list[RemotingCommand | bytes | None],
+    store_host: Host,
+) -> Answering:
+    """`_send_oks`' pass in Python: the definition send_ok_frames is held to."""
+    template = _send_ok_header(store_host)
     rest: Answering = []
     for item in answering:
         (i, p), index = item
@@ -674,6 +702,16 @@ def _send_ok_header(store_host: Host) -> bytes:
     of 0..2**63-1). The values go in as (opaque, physical offset, queue id, queue offset)."""
     host = packed_host(store_host).hex().upper().encode()
     return _send_ok_template(host.replace(b"%", b"%%") + b"%016X")
+
+
+@functools.lru_cache(maxsize=16)
+def _send_ok_parts(store_host: Host) -> tuple[bytes, ...]:
+    """`_send_ok_header(store_host)`'s text in the five pieces around its four values (the
+    opaque, the physical offset's 16 hex digits, the queue id and offset), for
+    send_ok_frames."""
+    parts = re.split(rb"%d|%016X", _send_ok_header(store_host).replace(b"%%", b"\0"))
+    assert len(parts) == 5, parts
+    return tuple(part.replace(b"\0", b"%") for part in parts)
 
 
 def _send_ok_frame(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -> bytes:

@@ -2,13 +2,15 @@
 defines what it must do: for arbitrary batches the ConsumeQueue and IndexFile files come out
 as the same bytes either way, every record the C half takes reads as the Python reader reads it,
 an IndexFile filled by `put_items` equals one filled by `put`, the leader's `shape` gives the
-same records, offsets and placements, and a send handler's `pack_batch` the same records as
-its Python loop (or leaves the batch to it)."""
+same records, offsets and placements, a send handler's `pack_batch` the same records as
+its Python loop (or leaves the batch to it), and the leader's `send_ok_frames` the frames of
+its Python pass."""
 
 from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +24,7 @@ from broker.entries import encode_meta
 from broker.index_file import NATIVE_ITEM, IndexFile, index_keys
 from broker.metadata import Metadata, TopicConfig
 from broker.native import native
-from broker.state import NATIVE_SPECIAL_TOPICS, NATIVE_STOP_KEYS, BrokerState, Geometry
+from broker.state import NATIVE_SPECIAL_TOPICS, NATIVE_STOP_KEYS, BrokerState, Geometry, Placed
 from broker.transactions import HALF_OFFSET, HALF_TOPIC
 from dledger import limits
 from dledger.log.segment import entry_position
@@ -31,6 +33,8 @@ from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Role, RoleState
 from remoting import properties as props
 from remoting import stored_message
+from remoting.codes import RequestCode, SerializeType
+from remoting.command import RemotingCommand
 from remoting.errors import MessageFormatError
 from remoting.tag_hash import index_key_hash, tags_code
 from tests.broker.test_state_replicated import derived_files
@@ -447,3 +451,70 @@ def test_pack_batch_packs_as_the_python_loop_or_leaves_it_to_it(
             return
         expected.append(packed)
     assert got == (expected, outgoing[0].properties)
+
+
+def _answering_item(
+    slot: int, index: int, records: int, halves: int, opaque: int, queue_id: int, binary: bool
+) -> tuple[tuple[int, send._Prepared], int]:
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE, {}).with_opaque(opaque)
+    if binary:
+        request = request._replace(serialization=SerializeType.ROCKETMQ)
+    prepared = send._Prepared(request, b"", [], [b"r"] * records, queue_id, halves)
+    return (slot, prepared), index
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),  # records
+            st.sampled_from([0, 0, 0, 1]),  # halves
+            st.integers(-(2**31), 2**31 - 1),  # opaque
+            st.integers(0, 2**31 - 1),  # queue id
+            st.booleans(),  # a binary header
+            st.integers(0, 2**63 - 1),  # physical offset
+            st.integers(0, 2**63 - 1),  # queue offset
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([("127.0.0.1", 10911), ("10.1.2.3", 1), ("255.255.255.255", 65535)]),
+    st.integers(1, 10**12),
+)
+def test_send_ok_frames_writes_the_python_pass_s_frames(
+    sends: list[tuple[int, int, int, int, bool, int, int]],
+    store_host: tuple[str, int],
+    first: int,
+) -> None:
+    answering, placed = [], []
+    index = first
+    for slot, (records, halves, opaque, queue_id, binary, physical, offset) in enumerate(sends):
+        answering.append(_answering_item(slot, index, records, halves, opaque, queue_id, binary))
+        for _ in range(max(records, 1)):
+            placed.append(Placed(queue_id, offset, physical))
+        index += max(records, 1)
+    by_c: list[Any] = [None] * len(sends)
+    by_python: list[Any] = [None] * len(sends)
+    assert native is not None
+    rest_c = native.send_ok_frames(
+        answering, placed, first, send._send_ok_parts(store_host), SerializeType.JSON, by_c
+    )
+    rest_python = send._send_oks_python(answering, placed, first, by_python, store_host)
+    assert rest_c == rest_python
+    assert by_c == by_python
+
+
+def test_send_ok_frames_refuses_what_it_cannot_read() -> None:
+    assert native is not None
+    parts = send._send_ok_parts(("127.0.0.1", 10911))
+    item = _answering_item(0, 5, 1, 0, 1, 0, False)
+    json = SerializeType.JSON
+    with pytest.raises(IndexError):  # index 5 with placed starting at 1: outside
+        native.send_ok_frames([item], [Placed(0, 0, 0)], 1, parts, json, [None])
+    with pytest.raises(IndexError):  # slot 0 in an empty responses
+        native.send_ok_frames([item], [Placed(0, 0, 0)], 5, parts, json, [])
+    with pytest.raises(TypeError):
+        native.send_ok_frames([("x", 1)], [], 1, parts, json, [None])
+    with pytest.raises(ValueError):
+        native.send_ok_frames([item], [Placed(0, 0, -1)], 5, parts, json, [None])
+    with pytest.raises(ValueError):
+        native.send_ok_frames([item], [Placed(0, 0, 0)], 5, parts[:4], json, [None])
