@@ -672,6 +672,10 @@ class Node:
             if self.applied_index >= target:
                 await self._apply_wake.wait()
                 self._apply_wake = trio.Event()
+                # A commit woke the writers waiting for it along with this task: let them
+                # answer (a leader's SEND_OKs) before the applier takes the loop, whatever
+                # order trio's batch runs in (tests/node/test_embedded.py)
+                await trio.lowlevel.checkpoint()
                 continue
             if self.applied_index < store.first_index - 1:
                 log.warning(

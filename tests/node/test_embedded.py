@@ -12,7 +12,7 @@ from dledger.client import open_client
 from dledger.config import Address, NodeConfig
 from dledger.hosting import host_node
 from dledger.log.store import LogStore, StoreConfig
-from dledger.node import Node
+from dledger.node import Node, StateMachine
 from dledger.processes import free_port_block
 from dledger.raft.entries import EntryBatch, EntryKind
 from dledger.raft.events import Role, RoleState
@@ -92,3 +92,40 @@ async def test_stopping_leader_answers_proposed_appends_unknown_not_failed(
         group.kill(leader)
         await group.wait_stopped(leader)
     assert [status for status, _ in answers] == [Status.OUTCOME_UNKNOWN], answers
+
+
+class AppliedOrder:
+    reads_bodies = True
+
+    def __init__(self, events: list[tuple[str, int]]) -> None:
+        self.events = events
+
+    def apply(self, batch: EntryBatch) -> None:
+        for offset, kind in enumerate(batch.kinds):
+            if kind == EntryKind.DATA:
+                self.events.append(("applied", batch.first_index + offset))
+
+
+async def test_a_leaders_writers_resume_before_it_applies_their_entries(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A commit wakes the writers waiting for it and the applier together; trio runs a batch of
+    woken tasks in either order, and the applier yields once so the writers (a broker
+    leader's SEND_OK) always go first."""
+    events: dict[str, list[tuple[str, int]]] = {f"n{i}": [] for i in range(3)}
+    machines: dict[str, StateMachine | None] = {n: AppliedOrder(e) for n, e in events.items()}
+    async with memory_group(tmp_path, state_machines=machines) as group:
+        leader = await group.wait_for_leader()
+        node = group.nodes[leader]
+        for k in range(20):
+            reply = await node.append([b"v%d" % k])
+            assert reply.status is Status.OK
+            events[leader].append(("answered", reply.last_index))
+        with trio.fail_after(5):
+            while events[leader][-1][0] != "applied":
+                await trio.sleep(0.001)
+    seen = events[leader]
+    answered = [i for what, i in seen if what == "answered"]
+    assert len(answered) == 20
+    for index in answered:
+        assert seen.index(("answered", index)) < seen.index(("applied", index)), seen
