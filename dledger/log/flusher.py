@@ -124,8 +124,7 @@ class Flusher:
                 while self._round is not None:
                     if self._native_ticket is not None:
                         assert syncer is not None
-                        await trio.lowlevel.wait_readable(syncer.fileno())
-                        self._collect_native(syncer)
+                        await self._land_native_once(syncer)
                     else:
                         await self._round.wait()
             self._syncer = None
@@ -206,12 +205,14 @@ class Flusher:
         landed.set()
 
     async def _land_native(self, syncer: Any) -> None:
-        """Lands the Syncer's rounds: its descriptor turns readable when one is done."""
+        """Lands the Syncer's rounds, one after another."""
         while True:
-            await trio.lowlevel.wait_readable(syncer.fileno())
-            self._collect_native(syncer)
+            await self._land_native_once(syncer)
 
-    def _collect_native(self, syncer: Any) -> None:
+    async def _land_native_once(self, syncer: Any) -> None:
+        """Waits for the Syncer's descriptor (readable when a round is done) and lands the
+        round if it is done."""
+        await trio.lowlevel.wait_readable(syncer.fileno())
         error = syncer.collect()
         if error is None:
             return  # woken early: not done yet
